@@ -1,0 +1,53 @@
+# lmserve: `make serve` starts the service on the default models, `make test` runs every check.
+# Both set up everything they need on a fresh machine (virtualenv, install, default models).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PROTO_SRC := proto/lmserve/v1/lm_service.proto
+DEFAULT_NGRAM := models/kjv-5gram/model.yaml
+KJV := export/lmserve/export/corpora/kjv
+
+.PHONY: install serve test check lint proto models bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Regenerates the committed protobuf/gRPC stubs (tests fail when they are stale).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=proto --grpc_python_out=proto \
+		--pyi_out=proto $(PROTO_SRC)
+
+$(DEFAULT_NGRAM): $(STAMP)
+	$(BIN)/lmserve train-ngram --order 5 --smoothing modified-kneser-ney --name kjv-5gram \
+		--lowercase --token-pattern "[a-z]+(?:'[a-z]+)*" --heldout $(KJV)/valid.txt \
+		--test $(KJV)/test.txt $(KJV)/train.txt models/kjv-5gram
+
+models: $(DEFAULT_NGRAM)
+
+serve: install models
+	$(BIN)/lmserve serve
+
+# Read-only checks: lint, format, types.
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+lint: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: check
+	$(BIN)/pytest
+
+bench: install models
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,170 @@
+"""The model manifest (`model.yaml` or `model.json`): what a model folder holds, validated.
+
+A model folder is self-describing: the manifest names the model, its kind and format, every file
+with its sha256, the tokenizer and special tokens, and where the model came from.
+
+    name: kjv-5gram
+    version: "1"
+    kind: ngram
+    format: ngram_binary
+    files:
+      model: {path: model.lmbin, sha256: 3f2a...}
+    tokenizer: {kind: word, lowercase: true, pattern: "[a-z]+(?:'[a-z]+)*"}
+    ngram: {order: 5, smoothing: modified-kneser-ney}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lmserve.server.errors import ChecksumMismatch, ManifestError
+
+MANIFEST_NAMES = ("model.yaml", "model.yml", "model.json")
+
+
+class ModelKind(StrEnum):
+    NGRAM = "ngram"
+    RNN = "rnn"
+    LSTM = "lstm"
+    GRU = "gru"
+    INTERPOLATED = "interpolated"
+
+
+class ModelFormat(StrEnum):
+    ARPA = "arpa"
+    NGRAM_BINARY = "ngram_binary"
+    ONNX = "onnx"
+    TORCHSCRIPT = "torchscript"
+    INTERPOLATION = "interpolation"
+
+
+class TokenizerKind(StrEnum):
+    WORD = "word"
+    CHARACTER = "character"
+    BPE = "bpe"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FileEntry(_Strict):
+    """One file of the model folder, relative to it."""
+
+    path: str
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+
+class TokenizerSpec(_Strict):
+    kind: TokenizerKind = TokenizerKind.WORD
+    lowercase: bool = False
+    # Words are the matches of this regex; absent means a whitespace split (KenLM's rule).
+    pattern: str | None = None
+    # A tokenizer file in the folder (BPE models), a key of `files`.
+    file: str | None = None
+
+
+class SpecialTokensSpec(_Strict):
+    bos: str = "<s>"
+    eos: str = "</s>"
+    unk: str = "<unk>"
+    pad: str | None = None
+
+
+class NgramSpec(_Strict):
+    order: int = Field(ge=1)
+    smoothing: str | None = None
+
+
+class Provenance(_Strict):
+    training_corpus: str | None = None
+    trained_by: str | None = None
+    created: str | None = None
+    # Measured figures, e.g. test_perplexity (natural log, </s> counted).
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class ModelManifest(_Strict):
+    """The validated contents of a model folder's manifest."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128)
+    version: str = "1"
+    kind: ModelKind
+    format: ModelFormat
+    description: str = ""
+    files: dict[str, FileEntry]
+    tokenizer: TokenizerSpec = Field(default_factory=TokenizerSpec)
+    special_tokens: SpecialTokensSpec = Field(default_factory=SpecialTokensSpec)
+    ngram: NgramSpec | None = None
+    # Backend-specific settings (neural sizes, state names...), validated by that backend.
+    architecture: dict[str, Any] = Field(default_factory=dict)
+    provenance: Provenance = Field(default_factory=Provenance)
+
+    def file_path(self, folder: Path, key: str) -> Path:
+        if key not in self.files:
+            raise ManifestError(str(folder), f"manifest lists no file {key!r}")
+        return folder / self.files[key].path
+
+
+def find_manifest(folder: Path) -> Path | None:
+    for name in MANIFEST_NAMES:
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_manifest(folder: Path) -> ModelManifest:
+    """Reads and validates the manifest of a model folder."""
+    path = find_manifest(folder)
+    if path is None:
+        raise ManifestError(str(folder), f"no manifest ({' or '.join(MANIFEST_NAMES)})")
+    try:
+        text = path.read_text(encoding="utf-8")
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ManifestError(str(path), f"unreadable: {exc}") from exc
+    try:
+        return ModelManifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ManifestError(str(path), f"invalid manifest: {problems}") from exc
+
+
+def write_manifest(folder: Path, manifest: ModelManifest) -> Path:
+    """Writes `model.yaml` into the folder (the files' checksums must already be filled in)."""
+    path = folder / "model.yaml"
+    data = manifest.model_dump(mode="json", exclude_none=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_files(folder: Path, manifest: ModelManifest) -> None:
+    """Checks that every listed file exists and matches its sha256."""
+    for key, entry in manifest.files.items():
+        path = folder / entry.path
+        if not path.is_file():
+            raise ManifestError(str(path), f"file {key!r} listed in the manifest is missing")
+        if entry.sha256 is not None:
+            actual = sha256_of(path)
+            if actual != entry.sha256:
+                raise ChecksumMismatch(
+                    str(path), f"sha256 is {actual}, the manifest says {entry.sha256}"
+                )
