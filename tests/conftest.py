@@ -20,5 +20,7 @@ def repo_root() -> Path:
 def shared_data() -> Path:
     """`../shared/data`. CI always has it, so a missing folder is a failure, never a skip."""
     if not SHARED_DATA.is_dir():
-        pytest.fail(f"reference data missing: {SHARED_DATA} (the checkout needs ../shared beside it)")
+        pytest.fail(
+            f"reference data missing: {SHARED_DATA} (the checkout needs ../shared beside it)"
+        )
     return SHARED_DATA
