@@ -22,7 +22,7 @@ FloatArray = npt.NDArray[np.float64]
 class Vocabulary:
     """Words and their ids. Ids are positions in `words`.
 
-    >>> v = Vocabulary.from_words(["<unk>", "<s>", "</s>", "the"], unk="<unk>", bos="<s>", eos="</s>")
+    >>> v = Vocabulary.from_words(["<unk>", "<s>", "</s>", "the"])
     >>> v.index["the"], v.unk_id
     (3, 0)
     """
