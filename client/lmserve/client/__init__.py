@@ -1,0 +1,85 @@
+"""Python client of the lmserve gRPC service: sync and asyncio clients, typed results, errors.
+
+    from lmserve.client import LmServeClient
+    with LmServeClient("localhost:50051") as client:
+        print(client.score("kjv-5gram", ["and god said"])[0].log_prob)  # nats
+
+Names load on first use, so importing `lmserve.client.commands` (the CLI) does not pull in gRPC.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lmserve.client.client import DEFAULT_TARGET, AsyncLmServeClient, LmServeClient
+    from lmserve.client.errors import (
+        DeadlineExceededError,
+        InvalidArgumentError,
+        LmServeClientError,
+        ModelNotFoundError,
+        ResourceExhaustedError,
+        UnavailableError,
+    )
+    from lmserve.client.types import (
+        HealthStatus,
+        ModelInfo,
+        PerplexityStats,
+        Provenance,
+        SpecialTokens,
+        TextScore,
+        TokenizerInfo,
+        TokenScore,
+    )
+
+_WHERE: dict[str, str] = {
+    "DEFAULT_TARGET": "client",
+    "AsyncLmServeClient": "client",
+    "LmServeClient": "client",
+    "DeadlineExceededError": "errors",
+    "InvalidArgumentError": "errors",
+    "LmServeClientError": "errors",
+    "ModelNotFoundError": "errors",
+    "ResourceExhaustedError": "errors",
+    "UnavailableError": "errors",
+    "HealthStatus": "types",
+    "ModelInfo": "types",
+    "PerplexityStats": "types",
+    "Provenance": "types",
+    "SpecialTokens": "types",
+    "TextScore": "types",
+    "TokenizerInfo": "types",
+    "TokenScore": "types",
+}
+
+__all__ = [
+    "AsyncLmServeClient",
+    "DEFAULT_TARGET",
+    "DeadlineExceededError",
+    "HealthStatus",
+    "InvalidArgumentError",
+    "LmServeClient",
+    "LmServeClientError",
+    "ModelInfo",
+    "ModelNotFoundError",
+    "PerplexityStats",
+    "Provenance",
+    "ResourceExhaustedError",
+    "SpecialTokens",
+    "TextScore",
+    "TokenScore",
+    "TokenizerInfo",
+    "UnavailableError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lmserve.client' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"lmserve.client.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

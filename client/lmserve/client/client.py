@@ -1,0 +1,370 @@
+"""Sync and asyncio clients for the lmserve.v1 LanguageModelService.
+
+Both are thin: one request message per call, results converted once into the frozen dataclasses
+of `types.py`, failures raised as the exceptions of `errors.py`. Log-probabilities are nats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from lmserve.client import _requests as req
+from lmserve.client.errors import LmServeClientError, ModelNotFoundError, from_rpc_error
+from lmserve.client.types import HealthStatus, ModelInfo, PerplexityStats, TextScore
+from lmserve.v1 import lm_service_pb2 as pb
+from lmserve.v1 import lm_service_pb2_grpc
+
+DEFAULT_TARGET = req.DEFAULT_TARGET
+DEFAULT_TIMEOUT = 30.0
+
+_HEALTH_NAMES = {v: k for k, v in health_pb2.HealthCheckResponse.ServingStatus.items()}
+
+
+def _health_from_model(info: ModelInfo) -> HealthStatus:
+    return HealthStatus(info.name, "SERVING" if info.ready else "NOT_SERVING")
+
+
+def _scores(resp: pb.ScoreResponse, with_tokens: bool) -> list[TextScore]:
+    if with_tokens:
+        return [TextScore.from_proto(r, True) for r in resp.results]
+    # The common rescoring path: totals only, no per-token work.
+    return [TextScore(r.log_prob, r.token_count, r.oov_count) for r in resp.results]
+
+
+class _CapturingIterator:
+    """Wraps a request iterator so an exception raised while building requests reaches the
+    caller as itself (gRPC would otherwise report it only as a CANCELLED call)."""
+
+    def __init__(self, inner: Iterator[pb.CorpusPerplexityRequest]) -> None:
+        self._inner = inner
+        self.error: BaseException | None = None
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> pb.CorpusPerplexityRequest:
+        try:
+            return next(self._inner)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+
+class LmServeClient:
+    """Blocking client. One channel per client; thread-safe (gRPC channels are).
+
+    >>> with LmServeClient("localhost:50051") as client:
+    ...     [s] = client.score("kjv-5gram", ["in the beginning god created"])
+    ...     s.log_prob, s.token_count
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        """`timeout` is the default deadline of each call in seconds (None: no deadline); each
+        method takes its own `timeout` too. Pass `channel` to reuse one you built."""
+        self.target = target
+        self.timeout = timeout
+        opts = [*req.CHANNEL_OPTIONS, *options]
+        if channel is not None:
+            self._channel = channel
+        elif credentials is not None:
+            self._channel = grpc.secure_channel(target, credentials, options=opts)
+        else:
+            self._channel = grpc.insecure_channel(target, options=opts)
+        self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def wait_for_ready(self, timeout: float = 10.0) -> None:
+        """Blocks until the channel connects; UnavailableError after `timeout` seconds."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            from lmserve.client.errors import UnavailableError
+
+            raise UnavailableError(
+                grpc.StatusCode.UNAVAILABLE, f"no server at {self.target} after {timeout}s"
+            ) from None
+
+    def _t(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout
+
+    # -- models ---------------------------------------------------------------------------------
+    def list_models(self, *, timeout: float | None = None) -> list[ModelInfo]:
+        """Every model of the server's repository, failed ones included, sorted by name."""
+        try:
+            resp = self._stub.ListModels(pb.ListModelsRequest(), timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return [ModelInfo.from_proto(m) for m in resp.models]
+
+    def get_model(self, model: str, *, timeout: float | None = None) -> ModelInfo:
+        """One model's description; ModelNotFoundError if the server has none of that name."""
+        try:
+            resp = self._stub.GetModel(pb.GetModelRequest(model=model), timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return ModelInfo.from_proto(resp.model)
+
+    # -- scoring --------------------------------------------------------------------------------
+    def score(
+        self,
+        model: str,
+        inputs: req.Inputs,
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        return_tokens: bool = False,
+        timeout: float | None = None,
+    ) -> list[TextScore]:
+        """Scores texts (strings) or token lists; one TextScore per input, in order.
+
+        Log-probabilities are nats; `</s>` is scored and counted when `eos` is on."""
+        request = req.score_request(model, inputs, bos, eos, return_tokens)
+        try:
+            resp = self._stub.Score(request, timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return _scores(resp, return_tokens)
+
+    def perplexity(
+        self,
+        model: str,
+        inputs: req.Inputs,
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> PerplexityStats:
+        """Perplexity of a batch of texts taken together."""
+        request = req.perplexity_request(model, inputs, bos, eos)
+        try:
+            resp = self._stub.Perplexity(request, timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return PerplexityStats.from_proto(resp.stats)
+
+    def corpus_perplexity(
+        self,
+        model: str,
+        batches: Iterable[req.Inputs],
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> PerplexityStats:
+        """Perplexity of a corpus streamed as batches (e.g. 1000 lines each); one answer at the
+        end. The batches are consumed lazily, so a file need not fit in memory."""
+        requests = _CapturingIterator(req.corpus_requests(model, batches, bos, eos))
+        try:
+            resp = self._stub.CorpusPerplexity(requests, timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            if requests.error is not None:
+                raise requests.error from None
+            raise from_rpc_error(exc) from None
+        return PerplexityStats.from_proto(resp.stats)
+
+    # -- health ---------------------------------------------------------------------------------
+    def health(self, model: str | None = None, *, timeout: float | None = None) -> HealthStatus:
+        """The standard gRPC health check of the server ("" service) or of one model.
+
+        For a model the server does not list in its health service, the model's state from
+        GetModel answers instead (ModelNotFoundError if there is no such model)."""
+        service = model or ""
+        try:
+            resp = self._health.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=self._t(timeout)
+            )
+        except grpc.RpcError as exc:
+            err = from_rpc_error(exc)
+            if model and isinstance(err, ModelNotFoundError):
+                return _health_from_model(self.get_model(model, timeout=timeout))
+            raise err from None
+        return HealthStatus(service, _HEALTH_NAMES.get(resp.status, "UNKNOWN"))
+
+    @property
+    def stub(self) -> lm_service_pb2_grpc.LanguageModelServiceStub:
+        """The raw generated stub, for the RPCs this client does not wrap."""
+        return self._stub
+
+
+async def _aiter(batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs]) -> AsyncIterator[Any]:
+    if isinstance(batches, AsyncIterable):
+        async for batch in batches:
+            yield batch
+    else:
+        for batch in batches:
+            yield batch
+
+
+class AsyncLmServeClient:
+    """asyncio client with the same methods as LmServeClient, to be awaited.
+
+    >>> async with AsyncLmServeClient("localhost:50051") as client:
+    ...     stats = await client.perplexity("kjv-5gram", ["and god said"])
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        opts = [*req.CHANNEL_OPTIONS, *options]
+        if credentials is not None:
+            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=opts)
+        self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _t(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout
+
+    async def list_models(self, *, timeout: float | None = None) -> list[ModelInfo]:
+        try:
+            resp = await self._stub.ListModels(pb.ListModelsRequest(), timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return [ModelInfo.from_proto(m) for m in resp.models]
+
+    async def get_model(self, model: str, *, timeout: float | None = None) -> ModelInfo:
+        try:
+            resp = await self._stub.GetModel(
+                pb.GetModelRequest(model=model), timeout=self._t(timeout)
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return ModelInfo.from_proto(resp.model)
+
+    async def score(
+        self,
+        model: str,
+        inputs: req.Inputs,
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        return_tokens: bool = False,
+        timeout: float | None = None,
+    ) -> list[TextScore]:
+        request = req.score_request(model, inputs, bos, eos, return_tokens)
+        try:
+            resp = await self._stub.Score(request, timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return _scores(resp, return_tokens)
+
+    async def perplexity(
+        self,
+        model: str,
+        inputs: req.Inputs,
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> PerplexityStats:
+        request = req.perplexity_request(model, inputs, bos, eos)
+        try:
+            resp = await self._stub.Perplexity(request, timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return PerplexityStats.from_proto(resp.stats)
+
+    async def corpus_perplexity(
+        self,
+        model: str,
+        batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs],
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> PerplexityStats:
+        """Streams sync or async batches; one answer at the end."""
+        error: list[BaseException] = []
+
+        async def requests() -> AsyncIterator[pb.CorpusPerplexityRequest]:
+            try:
+                async for batch in _aiter(batches):
+                    yield req.corpus_request(model, batch, bos, eos)
+            except Exception as exc:
+                error.append(exc)
+                raise
+
+        try:
+            resp = await self._stub.CorpusPerplexity(requests(), timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            if error:
+                raise error[0] from None
+            raise from_rpc_error(exc) from None
+        if error:
+            raise error[0]
+        return PerplexityStats.from_proto(resp.stats)
+
+    async def health(
+        self, model: str | None = None, *, timeout: float | None = None
+    ) -> HealthStatus:
+        service = model or ""
+        try:
+            resp = await self._health.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=self._t(timeout)
+            )
+        except grpc.RpcError as exc:
+            err = from_rpc_error(exc)
+            if model and isinstance(err, ModelNotFoundError):
+                return _health_from_model(await self.get_model(model, timeout=timeout))
+            raise err from None
+        return HealthStatus(service, _HEALTH_NAMES.get(resp.status, "UNKNOWN"))
+
+    @property
+    def stub(self) -> lm_service_pb2_grpc.LanguageModelServiceStub:
+        return self._stub
+
+
+__all__ = ["AsyncLmServeClient", "LmServeClient", "LmServeClientError"]

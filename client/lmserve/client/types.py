@@ -1,0 +1,203 @@
+"""Typed, immutable results the client returns, converted from the lmserve.v1 protobuf messages.
+
+Every log-probability here is a natural logarithm (nats), as on the wire; field names say so
+(`log_prob`). Conversion is done once per response; per-token objects are built only when the
+caller asked for token details.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from lmserve.v1 import lm_service_pb2 as pb
+
+
+def _enum_suffix(full_name: str, prefix: str) -> str:
+    """`MODEL_KIND_NGRAM` -> `ngram`; `MODEL_KIND_UNSPECIFIED` -> `unspecified`."""
+    return full_name.removeprefix(prefix).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenScore:
+    """One scored token of a text (`</s>` included when end-of-sentence is on)."""
+
+    token: str
+    token_id: int
+    log_prob: float
+    """log P(token | history) in nats."""
+    oov: bool
+    ngram_length: int | None
+    """N-gram models: length of the longest matching n-gram; None for neural models."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextScore:
+    """The score of one text.
+
+    >>> result = client.score("kjv-5gram", ["in the beginning"])[0]
+    >>> result.log_prob, result.token_count, result.oov_count
+    """
+
+    log_prob: float
+    """Total log-probability in nats (`</s>` included when end-of-sentence is on)."""
+    token_count: int
+    oov_count: int
+    tokens: tuple[TokenScore, ...] | None = None
+    """Per-token details; present only when `return_tokens=True` was asked."""
+
+    @classmethod
+    def from_proto(cls, msg: pb.TextScore, with_tokens: bool) -> TextScore:
+        if not with_tokens:
+            return cls(msg.log_prob, msg.token_count, msg.oov_count)
+        d = msg.details
+        lengths: list[int | None] = list(d.ngram_lengths) or [None] * len(d.tokens)
+        tokens = tuple(
+            TokenScore(tok, tid, lp, oov, n)
+            for tok, tid, lp, oov, n in zip(
+                d.tokens, d.token_ids, d.log_probs, d.oov, lengths, strict=True
+            )
+        )
+        return cls(msg.log_prob, msg.token_count, msg.oov_count, tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class PerplexityStats:
+    """Perplexity over a set of texts; natural-log sums, `</s>` counted when eos is on.
+
+    `perplexity = exp(-log_prob / token_count)` (OOVs scored as the unknown word);
+    `perplexity_excluding_oov = exp(-log_prob_excluding_oov / (token_count - oov_count))`.
+    """
+
+    log_prob: float
+    token_count: int
+    oov_count: int
+    text_count: int
+    perplexity: float
+    log_prob_excluding_oov: float
+    perplexity_excluding_oov: float
+
+    @classmethod
+    def from_proto(cls, msg: pb.PerplexityStats) -> PerplexityStats:
+        return cls(
+            log_prob=msg.log_prob,
+            token_count=msg.token_count,
+            oov_count=msg.oov_count,
+            text_count=msg.text_count,
+            perplexity=msg.perplexity,
+            log_prob_excluding_oov=msg.log_prob_excluding_oov,
+            perplexity_excluding_oov=msg.perplexity_excluding_oov,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SpecialTokens:
+    """Special tokens as strings and ids (-1 where the model has none)."""
+
+    bos: str
+    eos: str
+    unk: str
+    pad: str
+    bos_id: int
+    eos_id: int
+    unk_id: int
+    pad_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerInfo:
+    kind: str
+    """`word`, `character` or `bpe`."""
+    lowercase: bool
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    training_corpus: str
+    trained_by: str
+    created: str
+    metrics: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What the server says about one model. `kind`/`format`/`state` are lowercase names
+    (`ngram`, `ngram_binary`, `ready`); `capabilities` holds the names of the enabled ones."""
+
+    name: str
+    version: str
+    kind: str
+    format: str
+    state: str
+    order: int
+    vocab_size: int
+    num_layers: int
+    hidden_size: int
+    embedding_size: int
+    tokenizer: TokenizerInfo
+    special_tokens: SpecialTokens
+    capabilities: frozenset[str]
+    provenance: Provenance
+    load_error: str
+    description: str
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    @classmethod
+    def from_proto(cls, msg: pb.ModelInfo) -> ModelInfo:
+        from lmserve.v1 import lm_service_pb2 as pb
+
+        st = msg.special_tokens
+        caps = msg.capabilities
+        return cls(
+            name=msg.name,
+            version=msg.version,
+            kind=_enum_suffix(pb.ModelKind.Name(msg.kind), "MODEL_KIND_"),
+            format=_enum_suffix(pb.ModelFormat.Name(msg.format), "MODEL_FORMAT_"),
+            state=_enum_suffix(pb.ModelState.Name(msg.state), "MODEL_STATE_"),
+            order=msg.order,
+            vocab_size=msg.vocab_size,
+            num_layers=msg.num_layers,
+            hidden_size=msg.hidden_size,
+            embedding_size=msg.embedding_size,
+            tokenizer=TokenizerInfo(
+                kind=_enum_suffix(pb.TokenizerKind.Name(msg.tokenizer.kind), "TOKENIZER_KIND_"),
+                lowercase=msg.tokenizer.lowercase,
+                description=msg.tokenizer.description,
+            ),
+            special_tokens=SpecialTokens(
+                st.bos, st.eos, st.unk, st.pad, st.bos_id, st.eos_id, st.unk_id, st.pad_id
+            ),
+            capabilities=frozenset(
+                f.name for f in caps.DESCRIPTOR.fields if getattr(caps, f.name) is True
+            ),
+            provenance=Provenance(
+                training_corpus=msg.provenance.training_corpus,
+                trained_by=msg.provenance.trained_by,
+                created=msg.provenance.created,
+                metrics=MappingProxyType(dict(msg.provenance.metrics)),
+            ),
+            load_error=msg.load_error,
+            description=msg.description,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HealthStatus:
+    """The answer of the standard gRPC health service (`grpc.health.v1`) for one service name."""
+
+    service: str
+    """The name checked: "" for the whole server, or a model name."""
+    status: str
+    """`SERVING`, `NOT_SERVING`, `SERVICE_UNKNOWN` or `UNKNOWN`."""
+
+    @property
+    def serving(self) -> bool:
+        return self.status == "SERVING"
