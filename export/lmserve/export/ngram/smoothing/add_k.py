@@ -1,0 +1,52 @@
+"""Add-k (Laplace for k = 1) with Katz-style back-off so that each context sums to 1.
+
+Every predictable word (the vocabulary without `<s>`, V' words) gets k pseudo-counts:
+p(w | h) = (c(h w) + k) / (c(h) + k V'). Unigrams are listed for every word, so the unigram
+level is exactly add-k. For a longer seen context h only the seen n-grams can be listed; the
+mass add-k gives the unseen words, k (V' - n(h)) / (c(h) + k V'), is spread over them in
+proportion to the lower order instead (Katz 1987's normalisation):
+backoff(h) = (1 - sum_{w seen after h} p(w | h)) / (1 - sum_{w seen after h} p(w | h')).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lmserve.export.ngram.counting import NgramCounts
+from lmserve.export.ngram.smoothing.base import (
+    BackoffModel,
+    FloatArray,
+    context_totals,
+    lower_order_probs,
+    per_context,
+    predictable_words,
+)
+from lmserve.export.ngram.vocab import BOS_ID
+
+
+def smooth_add_k(counts: NgramCounts, k_add: float = 1.0) -> BackoffModel:
+    if k_add <= 0:
+        raise ValueError(f"add-k needs k > 0, got {k_add}")
+    vp = predictable_words(counts.vocab_size)
+    probs: list[FloatArray] = []
+    backoffs: list[FloatArray] = []
+    for k, table in enumerate(counts.orders, start=1):
+        count = table.count.astype(np.float64)
+        if k == 1:
+            count[BOS_ID] = 0.0
+            p = (count + k_add) / (count.sum() + k_add * vp)
+            p[BOS_ID] = 0.0
+            probs.append(p)
+            continue
+        totals = context_totals(counts, k)
+        p = (count + k_add) / (totals[table.context] + k_add * vp)
+        lower = lower_order_probs(counts, probs, k)
+        # Left-over mass of each context and the lower-order mass of its seen words.
+        left = 1.0 - per_context(counts, k, p)
+        lower_seen = per_context(counts, k, lower)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            weight = np.where(totals > 0, np.clip(left, 0.0, None) / (1.0 - lower_seen), 1.0)
+        weight[~np.isfinite(weight)] = 0.0  # every word seen: nothing left to back off to
+        backoffs.append(weight)
+        probs.append(p)
+    return BackoffModel(counts=counts, probs=probs, backoffs=backoffs, info={"k": [k_add]})
