@@ -1,0 +1,300 @@
+"""Score throughput and latency of the KJV 5-gram: KenLM in-process, our engine in-process, and
+through a real server (its own process) with one client, eight client processes, and single calls.
+
+    python bench/bench_server_score.py [--runs 5] [--model-dir DIR] [--clients 8]
+
+Words count `</s>`: whitespace words + 1 per line of `../shared/data/kjv/test.txt`. Prints JSON
+records (see bench/README.md) on stdout, progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common import (
+    CACHE_DIR,
+    KJV_5GRAM_ARPA,
+    KJV_TEST,
+    batches,
+    count_words,
+    emit,
+    log,
+    percentile,
+    quick,
+    rate_record,
+    read_lines,
+    record,
+    repeat,
+)
+from server_process import ServerProcess
+
+MODEL_NAME = "kjv-5gram"
+BATCH = 200
+LATENCY_TEXT = "in the beginning god created the heaven and the earth"
+LN10 = math.log(10)
+
+
+def model_folder(explicit: Path | None) -> Path:
+    """The model folder to serve: --model-dir, else one built from KenLM's ARPA (cached), so that
+    the server and the KenLM baseline score with the very same model."""
+    if explicit is not None:
+        return explicit
+    folder = CACHE_DIR / "repo" / MODEL_NAME
+    if (folder / "model.yaml").is_file():
+        return folder
+    from lmserve.server.backends.ngram import NgramModel, write_model_folder
+    from lmserve.server.registry.manifest import Provenance
+
+    log(f"building {folder} from {KJV_5GRAM_ARPA} (once)")
+    model = NgramModel.from_arpa(KJV_5GRAM_ARPA)
+    write_model_folder(
+        model,
+        folder,
+        name=MODEL_NAME,
+        provenance=Provenance(training_corpus=str(KJV_5GRAM_ARPA), trained_by="kenlm lmplz"),
+    )
+    return folder
+
+
+def bench_kenlm(lines: list[str], words: int, runs: int) -> tuple[dict[str, Any], list[float]]:
+    import kenlm
+
+    model = kenlm.Model(str(KJV_5GRAM_ARPA))
+    scores: list[float] = []
+
+    def once() -> None:
+        scores[:] = [model.score(line, bos=True, eos=True) for line in lines]
+
+    seconds = repeat(once, runs)
+    return rate_record("kenlm_inprocess_words_per_s", "words/s", words, seconds), scores
+
+
+def bench_engine(folder: Path, lines: list[str], words: int, runs: int) -> list[dict[str, Any]]:
+    """Our engine without gRPC: the server's per-request work (tokenize, encode, score totals)
+    over batches of BATCH lines, and the backend alone on pre-encoded batches."""
+    from lmserve.server.decoding.scoring import ScoreOptions
+    from lmserve.server.registry.repository import ModelRepository
+    from lmserve.server.text.word import encode_token_lists
+
+    repo = ModelRepository.load(folder.parent)
+    scorer = repo.ready(MODEL_NAME).scorer
+    assert scorer is not None
+    options = ScoreOptions()
+    chunks = batches(lines, BATCH)
+    encoded = [encode_token_lists(scorer.tokenize(c), scorer.backend.vocab) for c in chunks]
+
+    def with_text() -> None:
+        for chunk in chunks:
+            scorer.score_texts(chunk, options)
+
+    def backend_only() -> None:
+        for batch in encoded:
+            scorer.backend.score(batch, bos=True, eos=True, per_token=False)
+
+    return [
+        rate_record(
+            "engine_inprocess_words_per_s",
+            "words/s",
+            words,
+            repeat(with_text, runs),
+            note=f"Scorer.score_texts on batches of {BATCH}: tokenize + encode + score",
+        ),
+        rate_record(
+            "engine_backend_only_words_per_s",
+            "words/s",
+            words,
+            repeat(backend_only, runs),
+            note="backend.score on pre-encoded batches, totals only",
+        ),
+    ]
+
+
+def _client_worker(
+    target: str, chunks: list[list[str]], passes: int, barrier: Any, out: Any
+) -> None:
+    """One benchmark client process: waits for the others, then sends every batch `passes` times."""
+    from lmserve.client import LmServeClient
+
+    with LmServeClient(target, timeout=60) as client:
+        client.score(MODEL_NAME, chunks[0])  # connect and warm up
+        barrier.wait()
+        start = time.monotonic()
+        for _ in range(passes):
+            for chunk in chunks:
+                client.score(MODEL_NAME, chunk)
+        out.put((start, time.monotonic()))
+
+
+def bench_concurrent(
+    target: str, chunks: list[list[str]], words: int, clients: int, passes: int, runs: int
+) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    rates: list[float] = []
+    for _ in range(runs):
+        barrier = ctx.Barrier(clients)
+        out = ctx.Queue()
+        procs = [
+            ctx.Process(target=_client_worker, args=(target, chunks, passes, barrier, out))
+            for _ in range(clients)
+        ]
+        for p in procs:
+            p.start()
+        spans = [out.get(timeout=600) for _ in procs]
+        for p in procs:
+            p.join()
+        wall = max(e for _, e in spans) - min(s for s, _ in spans)
+        rates.append(words * passes * clients / wall)
+    return record(
+        f"server_score_{clients}clients_words_per_s",
+        "words/s",
+        rates,
+        clients=clients,
+        client_kind="processes (one channel each, sync unary Score)",
+        batch_size=BATCH,
+    )
+
+
+def bench_server(
+    folder: Path, lines: list[str], words: int, kenlm_rate: float, runs: int, clients: int
+) -> list[dict[str, Any]]:
+    from lmserve.client import LmServeClient
+    from lmserve.client import _requests as req
+    from lmserve.client.client import _scores
+
+    chunks = batches(lines, BATCH)
+    passes = 2 if quick() else 5
+    results: list[dict[str, Any]] = []
+    with ServerProcess(folder.parent) as server, LmServeClient(server.target) as client:
+        client.wait_for_ready(60)
+        client.score(MODEL_NAME, chunks[0])
+
+        def one_client() -> None:
+            for _ in range(passes):
+                for chunk in chunks:
+                    client.score(MODEL_NAME, chunk)
+
+        cpu0 = server.cpu_seconds()
+        seconds = repeat(one_client, runs)
+        server_cpu = (server.cpu_seconds() - cpu0) / (runs + 1)
+        total = words * passes
+        rec = rate_record(
+            "server_score_1client_words_per_s",
+            "words/s",
+            total,
+            seconds,
+            batch_size=BATCH,
+            server_cpu_seconds_per_run=round(server_cpu, 3),
+            client_seconds_per_run=round(sorted(seconds)[len(seconds) // 2], 3),
+        )
+        results.append(rec)
+        sentences = len(lines) * passes
+        results.append(
+            rate_record("server_score_1client_sentences_per_s", "sentences/s", sentences, seconds)
+        )
+        results.append(
+            record(
+                "server_score_1client_vs_kenlm",
+                "ratio",
+                [total / s / kenlm_rate for s in seconds],
+                note="server words/s (1 client) / KenLM in-process words/s (median)",
+            )
+        )
+
+        # What the client library costs: the same loop on the raw stub with prebuilt requests,
+        # and the client's own request building + result conversion without any network.
+        requests = [req.score_request(MODEL_NAME, c, True, True, False) for c in chunks]
+        stub = client.stub
+
+        def raw_stub() -> None:
+            for _ in range(passes):
+                for request in requests:
+                    stub.Score(request, timeout=60)
+
+        results.append(
+            rate_record(
+                "server_score_1client_raw_stub_words_per_s",
+                "words/s",
+                total,
+                repeat(raw_stub, runs),
+                note="prebuilt ScoreRequests on the generated stub: no client-library work",
+            )
+        )
+        canned = stub.Score(requests[0], timeout=60)
+        reps = 200
+
+        def client_work() -> None:
+            for _ in range(reps):
+                _scores(canned, False)
+                req.score_request(MODEL_NAME, chunks[0], True, True, False)
+
+        overhead = [s / reps * 1e6 for s in repeat(client_work, runs)]
+        results.append(
+            record(
+                "client_overhead_us_per_batch",
+                "us",
+                overhead,
+                note=f"build a {BATCH}-text ScoreRequest + convert its response, no network",
+            )
+        )
+
+        if clients > 0:
+            results.append(
+                bench_concurrent(server.target, chunks, words, clients, max(1, passes // 2), runs)
+            )
+
+        # Latency of a single short sentence.
+        calls = 500 if quick() else 2000
+        one = [LATENCY_TEXT]
+        p50: list[float] = []
+        p99: list[float] = []
+        for _ in range(min(runs, 3)):
+            samples = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                client.score(MODEL_NAME, one)
+                samples.append((time.perf_counter() - start) * 1e3)
+            p50.append(percentile(samples, 50))
+            p99.append(percentile(samples, 99))
+        results.append(record("server_score_latency_p50_ms", "ms", p50, calls_per_run=calls))
+        results.append(record("server_score_latency_p99_ms", "ms", p99, calls_per_run=calls))
+
+        # Same numbers as KenLM? (totals in nats vs KenLM's log10 totals).
+        served = [r.log_prob for c in chunks for r in client.score(MODEL_NAME, c)]
+        results.append({"name": "_served_totals", "values": served})
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3 if quick() else 5)
+    parser.add_argument("--model-dir", type=Path, default=None, help="a model folder to serve")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent client processes")
+    args = parser.parse_args(argv)
+
+    lines = read_lines(KJV_TEST)
+    words = count_words(lines)
+    log(f"{len(lines)} sentences, {words} words (</s> counted), {args.runs} runs each")
+    folder = model_folder(args.model_dir)
+
+    kenlm_rec, kenlm_scores = bench_kenlm(lines, words, args.runs)
+    emit(kenlm_rec)
+    for rec in bench_engine(folder, lines, words, args.runs):
+        emit(rec)
+    server_recs = bench_server(folder, lines, words, kenlm_rec["median"], args.runs, args.clients)
+    for rec in server_recs:
+        if rec["name"] == "_served_totals":
+            diffs = [abs(s - k * LN10) for s, k in zip(rec["values"], kenlm_scores, strict=True)]
+            emit(record("server_vs_kenlm_max_abs_diff_nats", "nats", [max(diffs)]))
+        else:
+            emit(rec)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
