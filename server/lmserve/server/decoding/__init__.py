@@ -1,0 +1,1 @@
+"""Model-agnostic algorithms over backends: scoring and perplexity now, decoding later."""

@@ -1,0 +1,262 @@
+"""Scoring texts with any backend: texts -> tokens -> ids -> one `backend.score` -> results.
+
+    scorer = Scorer(backend, WordTokenizer())
+    scored = scorer.score_texts(["the cat sat"], ScoreOptions(), details=False)
+    stats = PerplexityAccumulator(); stats.add(scored); stats.result().perplexity
+
+Perplexity follows KenLM: ppl = exp(-sum / N) with N = words + one `</s>` per text (when
+end-of-sentence is on); "excluding OOVs" drops the OOV tokens' log-probs and their count.
+All log-probabilities are natural logs. Nothing here knows about gRPC.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.base import (
+    EncodedBatch,
+    FloatArray,
+    IdArray,
+    LanguageModelBackend,
+)
+from lmserve.server.errors import InvalidArgument
+from lmserve.server.text.word import WordTokenizer, encode_token_lists
+
+CountArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """Whether texts start from `<s>` and whether `</s>` is scored (both on, as KenLM)."""
+
+    bos: bool = True
+    eos: bool = True
+
+
+@dataclass(frozen=True)
+class TokenDetails:
+    """One text's scored tokens as parallel arrays (`</s>` last when eos is on)."""
+
+    tokens: list[str]
+    token_ids: IdArray
+    log_probs: FloatArray
+    oov: npt.NDArray[np.bool_]
+    ngram_lengths: IdArray | None
+
+
+@dataclass(frozen=True)
+class ScoredTexts:
+    """Per-text results of one batch, as arrays indexed by text (natural logs)."""
+
+    log_probs: FloatArray
+    token_counts: CountArray
+    oov_counts: CountArray
+    # Sum of the OOV tokens' log-probs per text; None when not asked for.
+    oov_log_probs: FloatArray | None
+    details: list[TokenDetails] | None
+
+    def __len__(self) -> int:
+        return len(self.log_probs)
+
+    @property
+    def total_tokens(self) -> int:
+        return int(self.token_counts.sum())
+
+
+@dataclass(frozen=True)
+class PerplexityStats:
+    """Perplexity over texts, with and without OOVs. NaN where there is no token to count."""
+
+    log_prob: float
+    token_count: int
+    oov_count: int
+    text_count: int
+    perplexity: float
+    log_prob_excluding_oov: float
+    perplexity_excluding_oov: float
+
+
+def _segment_sums(values: FloatArray, offsets: CountArray) -> FloatArray:
+    """Sum of values[offsets[i]:offsets[i+1]] for each i (empty segments give 0)."""
+    cumulative = np.zeros(len(values) + 1, dtype=np.float64)
+    np.cumsum(values, out=cumulative[1:])
+    result: FloatArray = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+    return result
+
+
+class Scorer:
+    """Scores texts with one model and the tokenizer it was trained with."""
+
+    def __init__(self, backend: LanguageModelBackend, tokenizer: WordTokenizer) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
+        return self.tokenizer.split_batch(texts)
+
+    def score_texts(
+        self,
+        texts: Sequence[str],
+        options: ScoreOptions,
+        *,
+        details: bool = False,
+        oov_log_probs: bool = False,
+        max_tokens_per_text: int | None = None,
+    ) -> ScoredTexts:
+        """Tokenizes with the model's tokenizer, then scores (see `score_token_lists`)."""
+        return self.score_token_lists(
+            self.tokenize(texts),
+            options,
+            details=details,
+            oov_log_probs=oov_log_probs,
+            max_tokens_per_text=max_tokens_per_text,
+            field="texts",
+        )
+
+    def score_token_lists(
+        self,
+        token_lists: Sequence[Sequence[str]],
+        options: ScoreOptions,
+        *,
+        details: bool = False,
+        oov_log_probs: bool = False,
+        max_tokens_per_text: int | None = None,
+        field: str = "token_lists",
+    ) -> ScoredTexts:
+        """Scores a batch in one backend call.
+
+        `details` adds per-token results; `oov_log_probs` adds each text's OOV log-prob sum
+        (needed for perplexity excluding OOVs). Both cost a per-token pass; totals alone do not.
+        """
+        batch = encode_token_lists(token_lists, self.backend.vocab)
+        lengths = np.diff(batch.offsets)
+        if max_tokens_per_text is not None and len(lengths) and lengths.max() > max_tokens_per_text:
+            index = int(np.argmax(lengths > max_tokens_per_text))
+            raise InvalidArgument(
+                f"{field}[{index}]",
+                f"has {int(lengths[index])} tokens, more than the limit of {max_tokens_per_text}",
+            )
+        oov_counts = _segment_counts(batch)
+        any_oov = bool(oov_counts.any())
+        per_token = details or (oov_log_probs and any_oov)
+        scores = self.backend.score(batch, bos=options.bos, eos=options.eos, per_token=per_token)
+        token_counts = lengths + 1 if options.eos else lengths
+        oov_sums: FloatArray | None = None
+        if oov_log_probs:
+            oov_sums = np.zeros(batch.batch_size, dtype=np.float64)
+        text_details: list[TokenDetails] | None = None
+        if per_token:
+            assert scores.token_log_probs is not None and scores.token_offsets is not None
+            oov_mask = _scored_mask(batch, options.eos)
+            if oov_log_probs and any_oov:
+                masked = np.where(oov_mask, scores.token_log_probs, 0.0)
+                oov_sums = _segment_sums(masked, scores.token_offsets)
+            if details:
+                text_details = self._details(
+                    token_lists,
+                    batch,
+                    scores.token_log_probs,
+                    scores.token_offsets,
+                    scores.ngram_lengths,
+                    oov_mask,
+                    options.eos,
+                )
+        return ScoredTexts(
+            log_probs=np.asarray(scores.totals, dtype=np.float64),
+            token_counts=token_counts.astype(np.int64, copy=False),
+            oov_counts=oov_counts,
+            oov_log_probs=oov_sums,
+            details=text_details,
+        )
+
+    def _details(
+        self,
+        token_lists: Sequence[Sequence[str]],
+        batch: EncodedBatch,
+        log_probs: FloatArray,
+        token_offsets: CountArray,
+        ngram_lengths: IdArray | None,
+        oov_mask: npt.NDArray[np.bool_],
+        eos: bool,
+    ) -> list[TokenDetails]:
+        vocab = self.backend.vocab
+        eos_word = vocab.words[vocab.eos_id]
+        result = []
+        for i, tokens in enumerate(token_lists):
+            start, end = int(token_offsets[i]), int(token_offsets[i + 1])
+            ids = batch.ids[batch.offsets[i] : batch.offsets[i + 1]]
+            words = list(tokens)
+            if eos:
+                ids = np.append(ids, np.int32(vocab.eos_id))
+                words.append(eos_word)
+            result.append(
+                TokenDetails(
+                    tokens=words,
+                    token_ids=ids.astype(np.int32, copy=False),
+                    log_probs=log_probs[start:end],
+                    oov=oov_mask[start:end],
+                    ngram_lengths=None if ngram_lengths is None else ngram_lengths[start:end],
+                )
+            )
+        return result
+
+
+def _segment_counts(batch: EncodedBatch) -> CountArray:
+    """OOV tokens per text."""
+    cumulative = np.zeros(len(batch.oov) + 1, dtype=np.int64)
+    np.cumsum(batch.oov, out=cumulative[1:])
+    result: CountArray = cumulative[batch.offsets[1:]] - cumulative[batch.offsets[:-1]]
+    return result
+
+
+def _scored_mask(batch: EncodedBatch, eos: bool) -> npt.NDArray[np.bool_]:
+    """The OOV flags aligned with the scored tokens (a False `</s>` after each text with eos)."""
+    if not eos:
+        return batch.oov
+    return np.insert(batch.oov, batch.offsets[1:], False)
+
+
+class PerplexityAccumulator:
+    """Sums scored batches and gives corpus perplexity; add batches as they arrive."""
+
+    def __init__(self) -> None:
+        self.log_prob = 0.0
+        self.oov_log_prob = 0.0
+        self.token_count = 0
+        self.oov_count = 0
+        self.text_count = 0
+
+    def add(self, scored: ScoredTexts) -> None:
+        if scored.oov_log_probs is None:
+            raise ValueError("perplexity needs the OOV log-probs: score with oov_log_probs=True")
+        self.log_prob += math.fsum(scored.log_probs.tolist())
+        self.oov_log_prob += math.fsum(scored.oov_log_probs.tolist())
+        self.token_count += int(scored.token_counts.sum())
+        self.oov_count += int(scored.oov_counts.sum())
+        self.text_count += len(scored)
+
+    def result(self) -> PerplexityStats:
+        in_vocab_log_prob = self.log_prob - self.oov_log_prob
+        return PerplexityStats(
+            log_prob=self.log_prob,
+            token_count=self.token_count,
+            oov_count=self.oov_count,
+            text_count=self.text_count,
+            perplexity=perplexity(self.log_prob, self.token_count),
+            log_prob_excluding_oov=in_vocab_log_prob,
+            perplexity_excluding_oov=perplexity(
+                in_vocab_log_prob, self.token_count - self.oov_count
+            ),
+        )
+
+
+def perplexity(log_prob: float, token_count: int) -> float:
+    """exp(-log_prob / token_count) for a natural-log sum; NaN with no tokens."""
+    if token_count <= 0:
+        return math.nan
+    return math.exp(-log_prob / token_count)

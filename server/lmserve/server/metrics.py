@@ -1,0 +1,69 @@
+"""Every Prometheus metric the server exports, bound to one registry (a fresh one per test).
+
+metrics = Metrics(CollectorRegistry())
+metrics.requests.labels(method="Score", model="kjv", code="OK").inc()
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import start_http_server
+
+# Scoring requests take from tens of microseconds to seconds.
+DURATION_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+
+
+class Metrics:
+    """The server's metrics. `registry` decides where they are collected."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "lmserve_requests",
+            "RPCs answered, by method, model and gRPC status code.",
+            ["method", "model", "code"],
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "lmserve_request_duration_seconds",
+            "Time from an RPC's start to its answer.",
+            ["method", "model"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.scored_tokens = Counter(
+            "lmserve_scored_tokens",
+            "Tokens scored (</s> included when end-of-sentence is on).",
+            ["model"],
+            registry=registry,
+        )
+        self.scored_texts = Counter(
+            "lmserve_scored_texts", "Texts scored.", ["model"], registry=registry
+        )
+        self.model_load_seconds = Gauge(
+            "lmserve_model_load_seconds",
+            "Seconds it took to verify and load each model.",
+            ["model"],
+            registry=registry,
+        )
+        self.models = Gauge(
+            "lmserve_models", "Models in the repository by state.", ["state"], registry=registry
+        )
+        self.inflight = Gauge(
+            "lmserve_inflight_requests",
+            "RPCs being handled right now.",
+            ["method"],
+            registry=registry,
+        )
+
+    def record_scored(self, model: str, texts: int, tokens: int) -> None:
+        self.scored_texts.labels(model=model).inc(texts)
+        self.scored_tokens.labels(model=model).inc(tokens)
+
+
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> tuple[object, int]:
+    """Starts the `/metrics` HTTP endpoint in a thread; returns the server and its bound port."""
+    httpd, _thread = start_http_server(port, addr=host, registry=registry)
+    return httpd, int(httpd.server_port)

@@ -1,0 +1,167 @@
+"""The model repository: every model folder under one directory, loaded or failed with a reason.
+
+    repo = ModelRepository.load(Path("models"))
+    entry = repo.ready("kjv-5gram")        # ModelNotFound / ModelUnavailable otherwise
+    entry.scorer.score_texts([...], ScoreOptions())
+
+A folder that fails (bad manifest, missing file, checksum, malformed model) is kept as FAILED
+with `load_error` naming the file and the reason; the other models still serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from lmserve.server.backends.base import LanguageModelBackend
+from lmserve.server.decoding.scoring import Scorer
+from lmserve.server.errors import ModelLoadError, ModelNotFound, ModelUnavailable
+from lmserve.server.registry.loaders import load_backend
+from lmserve.server.registry.manifest import (
+    ModelManifest,
+    TokenizerKind,
+    find_manifest,
+    read_manifest,
+    verify_files,
+)
+from lmserve.server.text.word import WordTokenizer
+
+log = logging.getLogger(__name__)
+
+
+class ModelState(StrEnum):
+    READY = "ready"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the repository: its manifest and, when READY, the loaded scorer."""
+
+    name: str
+    folder: Path
+    state: ModelState
+    manifest: ModelManifest | None = None
+    scorer: Scorer | None = None
+    load_error: str = ""
+    load_seconds: float = 0.0
+
+    @property
+    def backend(self) -> LanguageModelBackend | None:
+        return self.scorer.backend if self.scorer else None
+
+
+def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
+    """The tokenizer the manifest asks for (word-level only for now)."""
+    spec = manifest.tokenizer
+    if spec.kind is not TokenizerKind.WORD:
+        raise ModelLoadError(str(folder), f"tokenizer kind {spec.kind.value!r} not supported yet")
+    try:
+        return WordTokenizer(lowercase=spec.lowercase, pattern=spec.pattern)
+    except re.error as exc:
+        raise ModelLoadError(str(folder), f"tokenizer.pattern {spec.pattern!r}: {exc}") from exc
+
+
+def load_entry(folder: Path) -> ModelEntry:
+    """Validates, verifies and loads one model folder; never raises for a broken model."""
+    started = time.perf_counter()
+    manifest: ModelManifest | None = None
+    try:
+        manifest = read_manifest(folder)
+        verify_files(folder, manifest)
+        tokenizer = make_tokenizer(folder, manifest)
+        backend = load_backend(folder, manifest)
+        _check_special_tokens(folder, manifest, backend)
+    except ModelLoadError as exc:
+        name = manifest.name if manifest else folder.name
+        log.error("model %s failed to load: %s", name, exc)
+        return ModelEntry(name, folder, ModelState.FAILED, manifest, load_error=str(exc))
+    seconds = time.perf_counter() - started
+    log.info("model %s loaded from %s in %.2f s", manifest.name, folder, seconds)
+    return ModelEntry(
+        manifest.name,
+        folder,
+        ModelState.READY,
+        manifest,
+        scorer=Scorer(backend, tokenizer),
+        load_seconds=seconds,
+    )
+
+
+def _check_special_tokens(
+    folder: Path, manifest: ModelManifest, backend: LanguageModelBackend
+) -> None:
+    vocab = backend.vocab
+    specials = manifest.special_tokens
+    for role, word, model_id in (
+        ("bos", specials.bos, vocab.bos_id),
+        ("eos", specials.eos, vocab.eos_id),
+    ):
+        if vocab.index.get(word) != model_id:
+            raise ModelLoadError(
+                str(folder), f"special token {role}={word!r} is not the model's {role} token"
+            )
+
+
+class ModelRepository:
+    """The models of one repository folder, by name."""
+
+    def __init__(self, root: Path, entries: list[ModelEntry]) -> None:
+        self.root = root
+        self._entries = {e.name: e for e in sorted(entries, key=lambda e: e.name)}
+
+    @classmethod
+    def load(
+        cls, root: Path, on_loaded: Callable[[ModelEntry], None] | None = None
+    ) -> ModelRepository:
+        """Loads every subfolder that has a manifest (folders without one are ignored)."""
+        if not root.is_dir():
+            raise FileNotFoundError(f"model repository {root} is not a directory")
+        entries: dict[str, ModelEntry] = {}
+        for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+            if find_manifest(folder) is None:
+                log.warning("ignoring %s: no model.yaml or model.json", folder)
+                continue
+            entry = load_entry(folder)
+            if entry.name in entries:
+                first = entries[entry.name].folder
+                entry = ModelEntry(
+                    f"{entry.name}@{folder.name}",
+                    folder,
+                    ModelState.FAILED,
+                    entry.manifest,
+                    load_error=f"{folder}: model name {entry.name!r} already used by {first}",
+                )
+                log.error("%s", entry.load_error)
+            entries[entry.name] = entry
+            if on_loaded is not None:
+                on_loaded(entry)
+        return cls(root, list(entries.values()))
+
+    def entries(self) -> list[ModelEntry]:
+        """Every model, sorted by name."""
+        return list(self._entries.values())
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def get(self, name: str) -> ModelEntry:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ModelNotFound(name, self.names())
+        return entry
+
+    def ready(self, name: str) -> ModelEntry:
+        """The model if it serves; ModelNotFound or ModelUnavailable (with its load error)."""
+        entry = self.get(name)
+        if entry.state is not ModelState.READY:
+            raise ModelUnavailable(f"model {name!r} failed to load: {entry.load_error}")
+        return entry

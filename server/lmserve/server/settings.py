@@ -1,0 +1,89 @@
+"""The server's settings: one object built once (flags > env > config file > defaults).
+
+    settings = load_settings({"port": 0})          # flags as overrides
+    settings.port, settings.model_repository
+
+Environment variables use the `LMSERVE_` prefix (`LMSERVE_PORT=6000`); the optional YAML config
+file comes from `--config FILE` or `LMSERVE_CONFIG`. Only this module touches the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+class Settings(BaseSettings):
+    """Everything the server can be told. Built by `load_settings`, then passed down."""
+
+    model_config = SettingsConfigDict(env_prefix="LMSERVE_", extra="forbid", frozen=True)
+
+    # A YAML file with any of the fields below (lowest priority above the defaults).
+    config: Path | None = None
+    model_repository: Path = Path("models")
+    host: str = "[::]"
+    # 0 picks a free port; the bound one is logged.
+    port: int = Field(default=50051, ge=0, le=65535)
+    metrics_enabled: bool = True
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = Field(default=9090, ge=0, le=65535)
+    max_texts_per_request: int = Field(default=10_000, ge=1)
+    max_tokens_per_text: int = Field(default=100_000, ge=1)
+    max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_concurrent_rpcs: int | None = Field(default=None, ge=1)
+    grace_period_seconds: float = Field(default=10.0, ge=0)
+    # Threads that run scoring off the event loop; 0 scores inline (fastest on few cores).
+    scoring_threads: int = Field(default=0, ge=0)
+    log_level: LogLevel = "INFO"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Order is priority: flags (init kwargs), then environment, then the config file.
+        return init_settings, env_settings, ConfigFileSource(settings_cls)
+
+
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by the `config` value the flags or environment gave."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the whole file at once
+
+    def __call__(self) -> dict[str, Any]:
+        path = self.current_state.get("config")
+        if not path:
+            return {}
+        return read_config_file(Path(path))
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The mapping in a YAML config file; keys are Settings field names."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"config file {path}: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path}: expected a mapping of settings")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Builds the settings; `overrides` are the command-line flags that were given (not None)."""
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    return Settings(**given)
