@@ -1,0 +1,131 @@
+"""Domain objects to protobuf messages (the requests' direction lives in `validation`)."""
+
+from __future__ import annotations
+
+from lmserve.server.decoding.scoring import PerplexityStats, ScoredTexts, TokenDetails
+from lmserve.server.registry.manifest import ModelFormat, ModelKind
+from lmserve.server.registry.repository import ModelEntry, ModelState
+from lmserve.v1 import lm_service_pb2 as pb
+
+_KINDS = {
+    ModelKind.NGRAM: pb.MODEL_KIND_NGRAM,
+    ModelKind.RNN: pb.MODEL_KIND_RNN,
+    ModelKind.LSTM: pb.MODEL_KIND_LSTM,
+    ModelKind.GRU: pb.MODEL_KIND_GRU,
+    ModelKind.INTERPOLATED: pb.MODEL_KIND_INTERPOLATED,
+}
+_FORMATS = {
+    ModelFormat.ARPA: pb.MODEL_FORMAT_ARPA,
+    ModelFormat.NGRAM_BINARY: pb.MODEL_FORMAT_NGRAM_BINARY,
+    ModelFormat.ONNX: pb.MODEL_FORMAT_ONNX,
+    ModelFormat.TORCHSCRIPT: pb.MODEL_FORMAT_TORCHSCRIPT,
+    ModelFormat.INTERPOLATION: pb.MODEL_FORMAT_INTERPOLATION,
+}
+_TOKENIZERS = {
+    "word": pb.TOKENIZER_KIND_WORD,
+    "character": pb.TOKENIZER_KIND_CHARACTER,
+    "bpe": pb.TOKENIZER_KIND_BPE,
+}
+
+
+def model_info(entry: ModelEntry) -> pb.ModelInfo:
+    """Everything GetModel reports; a model with an unreadable manifest has only name and error."""
+    ready = entry.state is ModelState.READY
+    info = pb.ModelInfo(
+        name=entry.name,
+        state=pb.MODEL_STATE_READY if ready else pb.MODEL_STATE_FAILED,
+        load_error=entry.load_error,
+    )
+    manifest = entry.manifest
+    if manifest is None:
+        return info
+    info.version = manifest.version
+    info.kind = _KINDS[manifest.kind]
+    info.format = _FORMATS[manifest.format]
+    info.description = manifest.description
+    info.order = manifest.ngram.order if manifest.ngram else 0
+    arch = manifest.architecture
+    info.num_layers = int(arch.get("num_layers", 0))
+    info.hidden_size = int(arch.get("hidden_size", 0))
+    info.embedding_size = int(arch.get("embedding_size", 0))
+    spec = manifest.tokenizer
+    rule = f"words matching {spec.pattern}" if spec.pattern else "whitespace-separated words"
+    info.tokenizer.CopyFrom(
+        pb.TokenizerInfo(
+            kind=_TOKENIZERS[spec.kind.value],
+            lowercase=spec.lowercase,
+            description=("lowercased, " if spec.lowercase else "") + rule,
+        )
+    )
+    specials = manifest.special_tokens
+    backend = entry.backend
+    index = backend.vocab.index if backend is not None else {}
+    info.special_tokens.CopyFrom(
+        pb.SpecialTokens(
+            bos=specials.bos,
+            eos=specials.eos,
+            unk=specials.unk,
+            pad=specials.pad or "",
+            bos_id=index.get(specials.bos, -1),
+            eos_id=index.get(specials.eos, -1),
+            unk_id=index.get(specials.unk, -1),
+            pad_id=index.get(specials.pad, -1) if specials.pad else -1,
+        )
+    )
+    if backend is not None:
+        info.vocab_size = len(backend.vocab)
+        order = getattr(backend, "order", None)
+        if isinstance(order, int) and not info.order:
+            info.order = order
+    info.capabilities.CopyFrom(
+        pb.ModelCapabilities(score=ready, perplexity=ready, next_token_distribution=ready)
+    )
+    prov = manifest.provenance
+    info.provenance.CopyFrom(
+        pb.Provenance(
+            training_corpus=prov.training_corpus or "",
+            trained_by=prov.trained_by or "",
+            created=prov.created or "",
+            metrics=prov.metrics,
+        )
+    )
+    return info
+
+
+def text_scores(scored: ScoredTexts) -> list[pb.TextScore]:
+    """One TextScore per text; per-token details only when they were computed."""
+    TextScore = pb.TextScore
+    totals = zip(
+        scored.log_probs.tolist(),
+        scored.token_counts.tolist(),
+        scored.oov_counts.tolist(),
+        strict=True,
+    )
+    if scored.details is None:
+        return [TextScore(log_prob=lp, token_count=n, oov_count=o) for lp, n, o in totals]
+    return [
+        TextScore(log_prob=lp, token_count=n, oov_count=o, details=token_details(d))
+        for (lp, n, o), d in zip(totals, scored.details, strict=True)
+    ]
+
+
+def token_details(details: TokenDetails) -> pb.TokenDetails:
+    return pb.TokenDetails(
+        tokens=details.tokens,
+        token_ids=details.token_ids.tolist(),
+        log_probs=details.log_probs.tolist(),
+        oov=details.oov.tolist(),
+        ngram_lengths=[] if details.ngram_lengths is None else details.ngram_lengths.tolist(),
+    )
+
+
+def perplexity_stats(stats: PerplexityStats) -> pb.PerplexityStats:
+    return pb.PerplexityStats(
+        log_prob=stats.log_prob,
+        token_count=stats.token_count,
+        oov_count=stats.oov_count,
+        text_count=stats.text_count,
+        perplexity=stats.perplexity,
+        log_prob_excluding_oov=stats.log_prob_excluding_oov,
+        perplexity_excluding_oov=stats.perplexity_excluding_oov,
+    )

@@ -1,0 +1,35 @@
+"""gRPC health (`grpc.health.v1`): the service overall and one entry per model.
+
+    health = HealthServicer(); await publish_health(health, repository)
+
+"" and `lmserve.v1.LanguageModelService` are SERVING when at least one model serves;
+`lmserve.v1.LanguageModelService/<model>` is SERVING or NOT_SERVING per model.
+"""
+
+from __future__ import annotations
+
+from grpc_health.v1 import health_pb2
+from grpc_health.v1._async import HealthServicer
+
+from lmserve.server.registry.repository import ModelRepository, ModelState
+
+SERVICE_NAME = "lmserve.v1.LanguageModelService"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+__all__ = ["SERVICE_NAME", "HealthServicer", "model_service_name", "publish_health"]
+
+
+def model_service_name(model: str) -> str:
+    return f"{SERVICE_NAME}/{model}"
+
+
+async def publish_health(health: HealthServicer, repository: ModelRepository) -> None:
+    """Sets every status from the repository's current state."""
+    entries = repository.entries()
+    overall = SERVING if any(e.state is ModelState.READY for e in entries) else NOT_SERVING
+    await health.set("", overall)
+    await health.set(SERVICE_NAME, overall)
+    for entry in entries:
+        status = SERVING if entry.state is ModelState.READY else NOT_SERVING
+        await health.set(model_service_name(entry.name), status)

@@ -1,0 +1,166 @@
+"""The one place errors become gRPC status codes, deadlines are checked and RPCs are measured.
+
+    server = grpc.aio.server(interceptors=[ServingInterceptor(metrics)])
+
+Servicers raise `lmserve.server.errors` exceptions; this maps them (`STATUS_CODES`). Anything
+unexpected becomes INTERNAL with the traceback in the server log, never sent to the caller.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from lmserve.server import errors
+from lmserve.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+STATUS_CODES: dict[type[errors.LmServeError], grpc.StatusCode] = {
+    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.ModelNotFound: grpc.StatusCode.NOT_FOUND,
+    errors.ModelUnavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
+}
+
+# The model label of the current RPC, set by the servicer once it knows the name is real (so
+# callers cannot grow the label set with made-up names).
+_call_model: ContextVar[list[str] | None] = ContextVar("lmserve_call_model", default=None)
+
+
+def note_model(name: str) -> None:
+    """Labels the current RPC's metrics with this (existing) model's name."""
+    holder = _call_model.get()
+    if holder is not None:
+        holder[0] = name
+
+
+def status_code(exc: errors.LmServeError) -> grpc.StatusCode:
+    for cls in type(exc).__mro__:
+        code = STATUS_CODES.get(cls)
+        if code is not None:
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+class ServingInterceptor(aio.ServerInterceptor):
+    """Wraps every handler: deadline check, error mapping, request metrics."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        wrap = self._wrap_unary if not handler.response_streaming else self._wrap_streaming
+        factory: Callable[..., grpc.RpcMethodHandler]
+        behavior: Callable[..., Any]
+        if handler.unary_unary:
+            factory, behavior = grpc.unary_unary_rpc_method_handler, handler.unary_unary
+        elif handler.stream_unary:
+            factory, behavior = grpc.stream_unary_rpc_method_handler, handler.stream_unary
+        elif handler.unary_stream:
+            factory, behavior = grpc.unary_stream_rpc_method_handler, handler.unary_stream
+        elif handler.stream_stream:
+            factory, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
+        else:
+            return handler
+        return factory(
+            wrap(method, behavior),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _wrap_unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def wrapped(request: Any, context: aio.ServicerContext) -> Any:
+            holder = [""]
+            _call_model.set(holder)
+            started = time.perf_counter()
+            inflight = self._metrics.inflight.labels(method=method)
+            inflight.inc()
+            code = grpc.StatusCode.OK
+            try:
+                _check_deadline(context)
+                return await behavior(request, context)
+            except BaseException as exc:
+                code = _code_for(exc)
+                await _answer_failure(method, exc, code, context)
+            finally:
+                inflight.dec()
+                self._record(method, holder[0], code, started)
+
+        return wrapped
+
+    def _wrap_streaming(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        if not inspect.isasyncgenfunction(behavior):
+            return self._wrap_unary(method, behavior)  # writes with context.write
+
+        async def wrapped(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+            holder = [""]
+            _call_model.set(holder)
+            started = time.perf_counter()
+            inflight = self._metrics.inflight.labels(method=method)
+            inflight.inc()
+            code = grpc.StatusCode.OK
+            try:
+                _check_deadline(context)
+                async for response in behavior(request, context):
+                    yield response
+            except BaseException as exc:
+                code = _code_for(exc)
+                await _answer_failure(method, exc, code, context)
+            finally:
+                inflight.dec()
+                self._record(method, holder[0], code, started)
+
+        return wrapped
+
+    def _record(self, method: str, model: str, code: grpc.StatusCode, started: float) -> None:
+        metrics = self._metrics
+        metrics.requests.labels(method=method, model=model, code=code.name).inc()
+        metrics.request_duration.labels(method=method, model=model).observe(
+            time.perf_counter() - started
+        )
+
+
+def _check_deadline(context: aio.ServicerContext) -> None:
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        raise errors.DeadlineExceeded("the deadline passed before the work started")
+
+
+def _code_for(exc: BaseException) -> grpc.StatusCode:
+    if isinstance(exc, errors.LmServeError):
+        return status_code(exc)
+    if isinstance(exc, aio.AbortError):
+        return grpc.StatusCode.UNKNOWN  # a handler aborted on its own; gRPC has its code
+    if isinstance(exc, Exception):
+        return grpc.StatusCode.INTERNAL
+    return grpc.StatusCode.CANCELLED  # CancelledError and friends: the caller went away
+
+
+async def _answer_failure(
+    method: str, exc: BaseException, code: grpc.StatusCode, context: aio.ServicerContext
+) -> None:
+    """Aborts the RPC with the mapped status; re-raises what must propagate."""
+    if code is grpc.StatusCode.CANCELLED or isinstance(exc, aio.AbortError):
+        raise exc
+    if code is grpc.StatusCode.INTERNAL:
+        log.error("%s failed unexpectedly", method, exc_info=exc)
+        await context.abort(code, f"internal error in {method}; see the server log")
+    await context.abort(code, str(exc))

@@ -1,0 +1,198 @@
+"""`LanguageModelService`: converts requests, delegates to the registry and scorer, converts back.
+
+    servicer = LanguageModelServicer(repository, limits, metrics)
+    lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)
+
+Errors are raised as `lmserve.server.errors` and mapped to status codes by the interceptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
+from typing import TypeVar
+
+from grpc import aio
+
+from lmserve.server.api import convert
+from lmserve.server.api.interceptors import note_model
+from lmserve.server.api.validation import (
+    Limits,
+    TextBatch,
+    validate_batch,
+    validate_model_name,
+    validate_options,
+)
+from lmserve.server.decoding.scoring import (
+    PerplexityAccumulator,
+    ScoredTexts,
+    ScoreOptions,
+)
+from lmserve.server.errors import InvalidArgument, Unimplemented
+from lmserve.server.metrics import Metrics
+from lmserve.server.registry.repository import ModelEntry, ModelRepository
+from lmserve.v1 import lm_service_pb2 as pb
+from lmserve.v1 import lm_service_pb2_grpc
+
+T = TypeVar("T")
+
+
+class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
+    """Answers every RPC of `lmserve.v1.LanguageModelService`."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        limits: Limits,
+        metrics: Metrics,
+        executor: Executor | None = None,
+    ) -> None:
+        self._repository = repository
+        self._limits = limits
+        self._metrics = metrics
+        # None scores inline on the event loop (measured fastest for batches on few cores).
+        self._executor = executor
+
+    # -- models ----------------------------------------------------------------------------
+
+    async def ListModels(
+        self, request: pb.ListModelsRequest, context: aio.ServicerContext
+    ) -> pb.ListModelsResponse:
+        return pb.ListModelsResponse(
+            models=[convert.model_info(e) for e in self._repository.entries()]
+        )
+
+    async def GetModel(
+        self, request: pb.GetModelRequest, context: aio.ServicerContext
+    ) -> pb.GetModelResponse:
+        entry = self._repository.get(validate_model_name(request.model))
+        note_model(entry.name)
+        return pb.GetModelResponse(model=convert.model_info(entry))
+
+    # -- scoring ---------------------------------------------------------------------------
+
+    async def Score(
+        self, request: pb.ScoreRequest, context: aio.ServicerContext
+    ) -> pb.ScoreResponse:
+        entry = self._ready(request.model)
+        batch = validate_batch(request, self._limits)
+        options = validate_options(request)
+        scored = await self._score(entry, batch, options, details=request.return_tokens)
+        return pb.ScoreResponse(model=request.model, results=convert.text_scores(scored))
+
+    async def Perplexity(
+        self, request: pb.PerplexityRequest, context: aio.ServicerContext
+    ) -> pb.PerplexityResponse:
+        entry = self._ready(request.model)
+        batch = validate_batch(request, self._limits)
+        options = validate_options(request)
+        stats = PerplexityAccumulator()
+        stats.add(await self._score(entry, batch, options, oov_log_probs=True))
+        return pb.PerplexityResponse(
+            model=request.model, stats=convert.perplexity_stats(stats.result())
+        )
+
+    async def CorpusPerplexity(
+        self,
+        request_iterator: AsyncIterator[pb.CorpusPerplexityRequest],
+        context: aio.ServicerContext,
+    ) -> pb.CorpusPerplexityResponse:
+        entry: ModelEntry | None = None
+        options = ScoreOptions()
+        options_message: pb.ScoreOptions | None = None
+        stats = PerplexityAccumulator()
+        async for message in request_iterator:
+            if entry is None:
+                entry = self._ready(message.model)
+                options = validate_options(message)
+                options_message = message.options
+            else:
+                _check_same_stream(entry.name, options_message, message)
+            batch = validate_batch(message, self._limits, allow_empty=True)
+            if len(batch):
+                stats.add(await self._score(entry, batch, options, oov_log_probs=True))
+        if entry is None:
+            raise InvalidArgument("model", "the stream had no messages; the first names the model")
+        return pb.CorpusPerplexityResponse(
+            model=entry.name, stats=convert.perplexity_stats(stats.result())
+        )
+
+    # -- later -----------------------------------------------------------------------------
+
+    async def Generate(self, request: pb.GenerateRequest, context: aio.ServicerContext) -> None:
+        raise Unimplemented("Generate is not implemented yet on this server")
+
+    async def BeamSearch(
+        self, request: pb.BeamSearchRequest, context: aio.ServicerContext
+    ) -> pb.BeamSearchResponse:
+        raise Unimplemented("BeamSearch is not implemented yet on this server")
+
+    async def Rerank(
+        self, request: pb.RerankRequest, context: aio.ServicerContext
+    ) -> pb.RerankResponse:
+        raise Unimplemented("Rerank is not implemented yet on this server")
+
+    async def Complete(
+        self, request_iterator: AsyncIterator[pb.CompleteRequest], context: aio.ServicerContext
+    ) -> None:
+        raise Unimplemented("Complete is not implemented yet on this server")
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _ready(self, model: str) -> ModelEntry:
+        name = validate_model_name(model)
+        if name in self._repository:
+            note_model(name)
+        return self._repository.ready(name)
+
+    async def _score(
+        self,
+        entry: ModelEntry,
+        batch: TextBatch,
+        options: ScoreOptions,
+        *,
+        details: bool = False,
+        oov_log_probs: bool = False,
+    ) -> ScoredTexts:
+        scorer = entry.scorer
+        assert scorer is not None
+        limit = self._limits.max_tokens_per_text
+
+        def run() -> ScoredTexts:
+            if batch.texts is not None:
+                return scorer.score_texts(
+                    batch.texts,
+                    options,
+                    details=details,
+                    oov_log_probs=oov_log_probs,
+                    max_tokens_per_text=limit,
+                )
+            return scorer.score_token_lists(
+                batch.token_lists or [],
+                options,
+                details=details,
+                oov_log_probs=oov_log_probs,
+                max_tokens_per_text=limit,
+            )
+
+        scored = await self._call(run)
+        self._metrics.record_scored(entry.name, len(scored), scored.total_tokens)
+        return scored
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        if self._executor is None:
+            return fn()
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+
+def _check_same_stream(
+    model: str, first_options: pb.ScoreOptions | None, message: pb.CorpusPerplexityRequest
+) -> None:
+    """Later corpus messages may leave model/options empty, or must repeat the first's."""
+    if message.model and message.model != model:
+        raise InvalidArgument(
+            "model", f"changed mid-stream from {model!r} to {message.model!r}; send one model"
+        )
+    if message.HasField("options") and message.options != first_options:
+        raise InvalidArgument("options", "changed mid-stream; later messages must repeat them")

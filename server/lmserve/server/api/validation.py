@@ -1,0 +1,91 @@
+"""Checks request fields against the API's rules and the server's limits, naming the bad field.
+
+    batch = validate_batch(request, limits)   # InvalidArgument("texts", "...") when wrong
+
+Produces the domain objects the decoding layer takes; nothing past here sees a proto message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from lmserve.server.decoding.scoring import ScoreOptions
+from lmserve.server.errors import InvalidArgument
+from lmserve.v1 import lm_service_pb2 as pb
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The per-request limits from the settings."""
+
+    max_texts_per_request: int
+    max_tokens_per_text: int
+
+
+@dataclass(frozen=True)
+class TextBatch:
+    """The texts of a request: raw `texts` or pre-tokenized `token_lists`, never both."""
+
+    texts: Sequence[str] | None = None
+    token_lists: list[list[str]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.texts if self.texts is not None else self.token_lists or [])
+
+
+class BatchRequest(Protocol):
+    """What Score, Perplexity and CorpusPerplexity requests have in common."""
+
+    @property
+    def texts(self) -> Sequence[str]: ...
+    @property
+    def token_lists(self) -> Sequence[pb.TokenList]: ...
+
+
+def validate_model_name(model: str) -> str:
+    if not model:
+        raise InvalidArgument("model", "is empty; name one of the models ListModels returns")
+    return model
+
+
+def validate_options(
+    request: pb.ScoreRequest | pb.PerplexityRequest | pb.CorpusPerplexityRequest,
+) -> ScoreOptions:
+    """`options.bos` / `options.eos`, absent meaning true (KenLM's defaults)."""
+    if not request.HasField("options"):
+        return ScoreOptions()
+    options = request.options
+    return ScoreOptions(
+        bos=options.bos if options.HasField("bos") else True,
+        eos=options.eos if options.HasField("eos") else True,
+    )
+
+
+def validate_batch(
+    request: BatchRequest, limits: Limits, *, allow_empty: bool = False
+) -> TextBatch:
+    """One of `texts` / `token_lists`, within the limits; tokens in token_lists non-empty."""
+    texts, token_lists = request.texts, request.token_lists
+    if texts and token_lists:
+        raise InvalidArgument("texts", "set either texts or token_lists, not both")
+    count = len(texts) or len(token_lists)
+    if count == 0:
+        if allow_empty:
+            return TextBatch(texts=[])
+        raise InvalidArgument("texts", "no texts given (set texts or token_lists)")
+    if count > limits.max_texts_per_request:
+        field = "texts" if texts else "token_lists"
+        raise InvalidArgument(
+            field, f"{count} texts is more than the limit of {limits.max_texts_per_request}"
+        )
+    if texts:
+        return TextBatch(texts=texts)
+    lists = [list(token_list.tokens) for token_list in token_lists]
+    for i, tokens in enumerate(lists):
+        if "" in tokens:
+            raise InvalidArgument(
+                f"token_lists[{i}].tokens[{tokens.index('')}]", "is an empty token"
+            )
+    return TextBatch(token_lists=lists)

@@ -1,0 +1,235 @@
+"""Assembles and runs the server: repository, gRPC (aio) with health and reflection, metrics.
+
+In-process use (tests, benchmarks):
+
+    with start_background_server(load_settings({"port": 0, "metrics_port": 0})) as running:
+        channel = grpc.insecure_channel(f"localhost:{running.port}")
+
+`serve(settings)` is what `lmserve serve` runs: it starts, waits for SIGTERM/SIGINT and stops
+gracefully (health goes NOT_SERVING, in-flight RPCs get `grace_period_seconds` to finish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
+
+from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
+from lmserve.server.api.interceptors import ServingInterceptor
+from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.server.api.validation import Limits
+from lmserve.server.metrics import Metrics, serve_metrics
+from lmserve.server.registry.repository import ModelEntry, ModelRepository, ModelState
+from lmserve.server.settings import Settings
+from lmserve.v1 import lm_service_pb2 as pb
+from lmserve.v1 import lm_service_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningServer:
+    """A started server: its bound ports and what `stop` must shut down."""
+
+    server: aio.Server
+    port: int
+    metrics: Metrics
+    health: HealthServicer
+    repository: ModelRepository
+    metrics_port: int | None = None
+    _metrics_httpd: Any = None
+    _executor: Executor | None = None
+    _stopped: bool = field(default=False, repr=False)
+
+    async def stop(self, grace: float | None) -> None:
+        """Stops accepting RPCs; in-flight ones get `grace` seconds to finish."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        if self._metrics_httpd is not None:
+            self._metrics_httpd.shutdown()
+            self._metrics_httpd.server_close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+
+def load_repository(settings: Settings, metrics: Metrics | None = None) -> ModelRepository:
+    """Loads every model of `settings.model_repository`, recording load metrics."""
+
+    def on_loaded(entry: ModelEntry) -> None:
+        if metrics is not None and entry.state is ModelState.READY:
+            metrics.model_load_seconds.labels(model=entry.name).set(entry.load_seconds)
+
+    return ModelRepository.load(settings.model_repository, on_loaded=on_loaded)
+
+
+async def start_server(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    repository: ModelRepository | None = None,
+) -> RunningServer:
+    """Loads the models (unless given), binds, and starts serving. Port 0 picks a free port."""
+    metrics = Metrics(registry if registry is not None else CollectorRegistry())
+    if repository is None:
+        repository = await asyncio.to_thread(load_repository, settings, metrics)
+    else:
+        for entry in repository.entries():
+            if entry.state is ModelState.READY:
+                metrics.model_load_seconds.labels(model=entry.name).set(entry.load_seconds)
+    for state in ModelState:
+        count = sum(e.state is state for e in repository.entries())
+        metrics.models.labels(state=state.value).set(count)
+
+    options = [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+    ]
+    server = aio.server(
+        interceptors=[ServingInterceptor(metrics)],
+        options=options,
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+    )
+    executor = (
+        ThreadPoolExecutor(settings.scoring_threads, thread_name_prefix="lmserve-score")
+        if settings.scoring_threads > 0
+        else None
+    )
+    limits = Limits(settings.max_texts_per_request, settings.max_tokens_per_text)
+    servicer = LanguageModelServicer(repository, limits, metrics, executor)
+    lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    await publish_health(health, repository)
+    reflection.enable_server_reflection(
+        (
+            pb.DESCRIPTOR.services_by_name["LanguageModelService"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if port == 0:
+        raise OSError(f"could not bind {settings.host}:{settings.port}")
+    await server.start()
+    running = RunningServer(server, port, metrics, health, repository, _executor=executor)
+    if settings.metrics_enabled:
+        httpd, running.metrics_port = serve_metrics(
+            metrics.registry, settings.metrics_host, settings.metrics_port
+        )
+        running._metrics_httpd = httpd
+        log.info("metrics on http://%s:%d/metrics", settings.metrics_host, running.metrics_port)
+    ready = sum(e.state is ModelState.READY for e in repository.entries())
+    log.info(
+        "lmserve serving %s on %s:%d (%d of %d models ready)",
+        SERVICE_NAME,
+        settings.host,
+        port,
+        ready,
+        len(repository.entries()),
+    )
+    return running
+
+
+async def serve(settings: Settings) -> None:
+    """Runs until SIGTERM or SIGINT, then shuts down gracefully."""
+    running = await start_server(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: %.1f s for in-flight requests", settings.grace_period_seconds)
+    await running.stop(settings.grace_period_seconds)
+    log.info("stopped")
+
+
+class BackgroundServer:
+    """A server on its own event loop in a daemon thread, for sync tests and benchmarks."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        registry: CollectorRegistry | None = None,
+        repository: ModelRepository | None = None,
+    ) -> None:
+        self.settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(
+            start_server(settings, registry=registry, repository=repository), self._loop
+        )
+        try:
+            self.running: RunningServer = future.result()
+        except BaseException:
+            self._close_loop()
+            raise
+
+    @property
+    def port(self) -> int:
+        return self.running.port
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.running.metrics_port
+
+    @property
+    def address(self) -> str:
+        return f"localhost:{self.port}"
+
+    def stop(self, grace: float | None = None) -> None:
+        if not self._loop.is_closed():
+            asyncio.run_coroutine_threadsafe(self.running.stop(grace), self._loop).result()
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> BackgroundServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start_background_server(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    repository: ModelRepository | None = None,
+) -> BackgroundServer:
+    """Starts a server in a background thread; use as a context manager or call `stop()`."""
+    return BackgroundServer(settings, registry=registry, repository=repository)
+
+
+__all__ = [
+    "BackgroundServer",
+    "RunningServer",
+    "load_repository",
+    "serve",
+    "start_background_server",
+    "start_server",
+]

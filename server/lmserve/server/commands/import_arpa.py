@@ -1,0 +1,64 @@
+"""`lmserve import-arpa`: turn an ARPA file (e.g. from KenLM's lmplz) into a served model folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "Import an ARPA n-gram model (.arpa or .arpa.gz) into a model folder the server loads."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("arpa", type=Path, metavar="FILE.arpa[.gz]", help="the ARPA file")
+    parser.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="folder to write")
+    parser.add_argument("--name", help="model name (default: the folder's name)")
+    parser.add_argument("--lowercase", action="store_true", help="lowercase text before tokenizing")
+    parser.add_argument(
+        "--token-pattern",
+        help="regex whose matches are the words (default: split on whitespace, as KenLM)",
+    )
+    parser.add_argument("--description", default="", help="free-form description")
+    parser.add_argument(
+        "--copy-arpa", action="store_true", help="also keep a copy of the ARPA file in the folder"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import re
+    import sys
+    from datetime import UTC, datetime
+
+    from lmserve.server.backends.ngram import NgramModel, write_model_folder
+    from lmserve.server.errors import ModelLoadError
+    from lmserve.server.registry.manifest import Provenance, TokenizerSpec
+
+    arpa: Path = args.arpa
+    model_dir: Path = args.model_dir
+    name = args.name or model_dir.resolve().name
+    if args.token_pattern is not None:
+        try:
+            re.compile(args.token_pattern)
+        except re.error as exc:
+            print(f"lmserve import-arpa: --token-pattern: {exc}", file=sys.stderr)
+            return 2
+    try:
+        model = NgramModel.from_arpa(arpa)
+    except (OSError, ModelLoadError) as exc:
+        print(f"lmserve import-arpa: {exc}", file=sys.stderr)
+        return 1
+    manifest = write_model_folder(
+        model,
+        model_dir,
+        name=name,
+        tokenizer=TokenizerSpec(lowercase=args.lowercase, pattern=args.token_pattern),
+        provenance=Provenance(
+            trained_by=f"lmserve import-arpa {arpa.name}",
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+        ),
+        arpa_source=arpa if args.copy_arpa else None,
+        description=args.description,
+    )
+    print(
+        f"wrote {model_dir}: model {manifest.name!r}, order {model.order}, {len(model.vocab)} words"
+    )
+    return 0

@@ -1,0 +1,74 @@
+"""`lmserve serve`: serve every model of a model repository over gRPC until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lmserve.server.settings import Settings
+
+HELP = "Serve the models of a model repository over gRPC (health, reflection, /metrics)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # Every default is None: an absent flag leaves the value to env, config file or default.
+    parser.add_argument("--config", type=Path, help="YAML settings file (or LMSERVE_CONFIG)")
+    parser.add_argument(
+        "--model-repository", type=Path, help="folder of model folders (default: models)"
+    )
+    parser.add_argument("--host", help="address to bind (default: [::])")
+    parser.add_argument("--port", type=int, help="gRPC port; 0 picks a free one (default: 50051)")
+    parser.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (default: 9090)")
+    parser.add_argument("--max-texts-per-request", type=int)
+    parser.add_argument("--max-tokens-per-text", type=int)
+    parser.add_argument("--max-concurrent-rpcs", type=int)
+    parser.add_argument("--grace-period-seconds", type=float)
+    parser.add_argument("--scoring-threads", type=int, help="0 scores on the event loop")
+    parser.add_argument(
+        "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], default=None
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The Settings for these flags (flags > env > config file > defaults)."""
+    from lmserve.server.settings import load_settings
+
+    names = (
+        "config",
+        "model_repository",
+        "host",
+        "port",
+        "metrics_port",
+        "max_texts_per_request",
+        "max_tokens_per_text",
+        "max_concurrent_rpcs",
+        "grace_period_seconds",
+        "scoring_threads",
+        "log_level",
+    )
+    return load_settings({name: getattr(args, name, None) for name in names})
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from pydantic import ValidationError
+
+    from lmserve.server.app import serve
+    from lmserve.server.logging_setup import setup_logging
+
+    try:
+        settings = settings_from_args(args)
+    except (ValidationError, ValueError) as exc:
+        print(f"lmserve serve: bad settings: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(settings.log_level)
+    try:
+        asyncio.run(serve(settings))
+    except OSError as exc:  # no repository folder, port taken
+        print(f"lmserve serve: {exc}", file=sys.stderr)
+        return 1
+    return 0
