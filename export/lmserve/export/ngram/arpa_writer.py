@@ -27,7 +27,7 @@ def log10_or_floor(values: FloatArray) -> list[float]:
     """log10 of each value, -99 where the value is 0 (or too small to matter)."""
     with np.errstate(divide="ignore"):
         logs = np.log10(values)
-    return np.maximum(logs, LOG_ZERO).tolist()  # type: ignore[no-any-return]
+    return np.maximum(logs, LOG_ZERO).tolist()
 
 
 def _write(out: TextIO, model: BackoffModel, words: Sequence[str]) -> None:
@@ -64,3 +64,23 @@ def write_arpa(model: BackoffModel, words: Sequence[str], path: Path) -> Path:
         with path.open("w", encoding="utf-8") as out:
             _write(out, model, words)
     return path
+
+
+def read_arpa_entries(path: Path) -> dict[str, tuple[float, float]]:
+    """Every n-gram of an ARPA file (`.gz` read directly) -> (log10 p, log10 backoff or 0).
+
+    A plain reader for checks and comparisons (the serving engine has its own loader)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    entries: dict[str, tuple[float, float]] = {}
+    in_ngrams = False
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("\\"):
+                in_ngrams = line.endswith("-grams:")
+                continue
+            if in_ngrams and line:
+                fields = line.split("\t")
+                backoff = float(fields[2]) if len(fields) > 2 else 0.0
+                entries[fields[1]] = (float(fields[0]), backoff)
+    return entries

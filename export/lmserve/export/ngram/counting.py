@@ -43,13 +43,6 @@ class OrderTable:
     def __len__(self) -> int:
         return len(self.word)
 
-    def context_totals(
-        self, n_contexts: int, weights: npt.NDArray[np.generic] | None = None
-    ) -> npt.NDArray[np.float64]:
-        """Sum over each context's n-grams of `weights` (default: the raw counts)."""
-        w = self.count if weights is None else weights
-        return np.bincount(self.context, weights=w, minlength=n_contexts)
-
 
 @dataclass(frozen=True)
 class NgramCounts:

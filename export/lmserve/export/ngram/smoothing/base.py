@@ -43,7 +43,8 @@ def context_sizes(counts: NgramCounts, k: int) -> int:
 def per_context(counts: NgramCounts, k: int, values: npt.ArrayLike) -> FloatArray:
     """Sum of `values` (one per order-k n-gram) over each context."""
     table = counts.orders[k - 1]
-    return np.bincount(table.context, weights=values, minlength=context_sizes(counts, k))
+    sums = np.bincount(table.context, weights=values, minlength=context_sizes(counts, k))
+    return sums.astype(np.float64, copy=False)
 
 
 def context_totals(counts: NgramCounts, k: int) -> FloatArray:

@@ -5,11 +5,10 @@ p_0(w) = 1 / V' (uniform over the vocabulary without `<s>`) (Jelinek & Mercer 19
 Goodman 1998, section 2.3). If the context h was never seen, p_ML is undefined and the model
 backs off unchanged: p_k = p_{k-1}.
 
-Tuning: orders are tuned bottom-up, lambda_k maximising the held-out log-likelihood of the
-order-k model with the lower weights fixed. That objective, sum log(lambda a + (1 - lambda) b),
-is concave in lambda, so its maximum is where the derivative
-sum (a - b) / (lambda a + (1 - lambda) b), which decreases in lambda, changes sign: found by
-bisection to machine precision (an exact 1-D search, not EM).
+Tuning (not EM): coordinate ascent on the held-out log-likelihood of the full model. Held
+fixed all weights but lambda_k, every token's probability is affine in lambda_k, so the 1-D
+objective is concave and its maximum, where its decreasing slope changes sign, is found by
+bisection to machine precision; sweeps over the orders repeat until no weight moves.
 
 Back-off form: a listed n-gram carries p_k(w | h); an unseen word after a seen context h gets
 (1 - lambda_k) p_{k-1}(w | h'), so the back-off weight of every seen context is 1 - lambda_k.
@@ -18,6 +17,7 @@ Back-off form: a listed n-gram carries p_k(w | h); an unseen word after a seen c
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from lmserve.export.ngram.counting import NgramCounts, locate
 from lmserve.export.ngram.smoothing.base import (
@@ -39,11 +39,14 @@ def _ml_unigrams(counts: NgramCounts) -> FloatArray:
     return result
 
 
-def best_weight(a: FloatArray, b: FloatArray, iterations: int = 60) -> float:
-    """argmax over lambda in [eps, 1 - eps] of sum log(lambda a + (1 - lambda) b), b > 0."""
+def best_weight(x: FloatArray, y: FloatArray, iterations: int = 60) -> float:
+    """argmax over lambda in [eps, 1 - eps] of sum log(x + lambda y), where x + lambda y > 0.
+
+    The objective is concave, its slope sum y / (x + lambda y) decreases in lambda: bisect it.
+    """
 
     def slope(lam: float) -> float:
-        return float(np.sum((a - b) / (lam * a + (1.0 - lam) * b)))
+        return float(np.sum(y / (x + lam * y)))
 
     lo, hi = _EPS, 1.0 - _EPS
     if slope(lo) <= 0:
@@ -59,16 +62,14 @@ def best_weight(a: FloatArray, b: FloatArray, iterations: int = 60) -> float:
     return 0.5 * (lo + hi)
 
 
-def tune_weights(counts: NgramCounts, heldout: EncodedCorpus) -> list[float]:
-    """One lambda per order, tuned bottom-up on the held-out corpus (see the module docstring)."""
+def _heldout_ml(
+    counts: NgramCounts, heldout: EncodedCorpus
+) -> tuple[list[FloatArray], list[npt.NDArray[np.bool_]]]:
+    """Per order k, for every predicted held-out token: p_ML(w | h) and whether h was seen."""
     nodes = locate(counts, heldout)
     targets = np.flatnonzero(heldout.pos >= 1)  # every word and </s>; <s> is context only
-    words = heldout.ids[targets]
-    uniform = 1.0 / predictable_words(counts.vocab_size)
-    ml1 = _ml_unigrams(counts)[words]
-    lam = best_weight(ml1, np.full(len(targets), uniform))
-    weights = [lam]
-    p = lam * ml1 + (1 - lam) * uniform
+    mls = [_ml_unigrams(counts)[heldout.ids[targets]]]
+    seens = [np.ones(len(targets), dtype=bool)]
     for k in range(2, counts.order + 1):
         table = counts.orders[k - 1]
         totals = context_totals(counts, k)
@@ -77,14 +78,47 @@ def tune_weights(counts: NgramCounts, heldout: EncodedCorpus) -> list[float]:
         context[ok] = nodes[k - 2][targets[ok] - 1]
         seen = context >= 0
         seen[seen] &= totals[context[seen]] > 0
-        node = nodes[k - 1][targets[seen]]
+        node = np.where(seen, nodes[k - 1][targets], -1)
+        ml = np.zeros(len(targets))
         found = node >= 0
-        ml = np.zeros(int(seen.sum()))
-        ml[found] = table.count[node[found]] / totals[context[seen]][found]
-        lam = best_weight(ml, p[seen])
-        weights.append(lam)
-        p = p.copy()
-        p[seen] = lam * ml + (1 - lam) * p[seen]
+        ml[found] = table.count[node[found]] / totals[context[found]]
+        mls.append(ml)
+        seens.append(seen)
+    return mls, seens
+
+
+def tune_weights(
+    counts: NgramCounts, heldout: EncodedCorpus, sweeps: int = 50, tolerance: float = 1e-7
+) -> list[float]:
+    """One lambda per order maximising held-out likelihood, by coordinate ascent.
+
+    The model's probability of a held-out token is affine in any single lambda_k (the orders
+    above only scale and shift p_k), p_N = C + D p_k, so each coordinate step maximises the
+    concave sum log(C + D b + lambda_k D (a - b)) exactly (`best_weight`); sweeps repeat until
+    no weight moves. Every step can only raise the likelihood.
+    """
+    mls, seens = _heldout_ml(counts, heldout)
+    n_orders = counts.order
+    uniform = 1.0 / predictable_words(counts.vocab_size)
+    weights = [0.5] * n_orders
+    for _ in range(sweeps):
+        largest_move = 0.0
+        for k in range(n_orders):
+            # b: p_{k-1} at every token, from the current lower weights.
+            b = np.full(len(mls[0]), uniform)
+            for j in range(k):
+                b = np.where(seens[j], weights[j] * mls[j] + (1 - weights[j]) * b, b)
+            # p_N = C + D p_k, composing the orders above k.
+            c, d = np.zeros_like(b), np.ones_like(b)
+            for j in range(k + 1, n_orders):
+                c = np.where(seens[j], weights[j] * mls[j] + (1 - weights[j]) * c, c)
+                d = np.where(seens[j], (1 - weights[j]) * d, d)
+            s = seens[k]
+            new = best_weight(c[s] + d[s] * b[s], d[s] * (mls[k][s] - b[s]))
+            largest_move = max(largest_move, abs(new - weights[k]))
+            weights[k] = new
+        if largest_move < tolerance:
+            break
     return weights
 
 

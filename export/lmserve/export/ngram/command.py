@@ -1,0 +1,89 @@
+"""`lmserve train-ngram`: trains a back-off n-gram model and writes a servable model folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+HELP = (
+    "Train an n-gram language model (ARPA + model folder) from a text corpus, one sentence a line."
+)
+
+SMOOTHING = ("mle", "add-k", "interpolated", "kneser-ney", "modified-kneser-ney")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("corpus", type=Path, help="training text, one sentence per line")
+    parser.add_argument("model_dir", type=Path, help="model folder to write")
+    parser.add_argument("--order", type=_positive_int, required=True, help="n-gram order")
+    parser.add_argument(
+        "--smoothing", choices=SMOOTHING, default="modified-kneser-ney", help="smoothing method"
+    )
+    parser.add_argument("--name", help="model name (default: MODEL_DIR's basename)")
+    parser.add_argument(
+        "--add-k", type=float, default=1.0, help="pseudo-count for add-k (default 1: Laplace)"
+    )
+    parser.add_argument(
+        "--heldout", type=Path, help="held-out text: tunes interpolation weights, valid perplexity"
+    )
+    parser.add_argument("--test", type=Path, help="test text; its perplexity goes in the manifest")
+    parser.add_argument(
+        "--min-count", type=_positive_int, default=1, help="words seen fewer times become <unk>"
+    )
+    parser.add_argument("--top-n", type=_positive_int, help="keep only the N most frequent words")
+    parser.add_argument("--lowercase", action="store_true", help="lowercase before tokenizing")
+    parser.add_argument(
+        "--token-pattern", help="words are this regex's matches (default: whitespace split)"
+    )
+    parser.add_argument(
+        "--arpa-only", action="store_true", help="write only MODEL_DIR/model.arpa(.gz)"
+    )
+    parser.add_argument(
+        "--no-gzip", dest="gzip", action="store_false", help="write model.arpa, not .arpa.gz"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from lmserve.export.ngram.train import TrainConfig, train
+
+    config = TrainConfig(
+        corpus=args.corpus,
+        model_dir=args.model_dir,
+        order=args.order,
+        smoothing=args.smoothing,
+        name=args.name,
+        add_k=args.add_k,
+        heldout=args.heldout,
+        test=args.test,
+        min_count=args.min_count,
+        top_n=args.top_n,
+        lowercase=args.lowercase,
+        token_pattern=args.token_pattern,
+        arpa_only=args.arpa_only,
+        gzip=args.gzip,
+    )
+    argv = sys.argv[sys.argv.index("train-ngram") + 1 :] if "train-ngram" in sys.argv else []
+    try:
+        result = train(config, command_line=[shlex.quote(a) for a in argv])
+    except (ValueError, OSError) as exc:
+        print(f"lmserve train-ngram: error: {exc}", file=sys.stderr)
+        return 2
+    summary = {
+        "arpa": str(result.arpa_path),
+        "vocab_size": result.vocab_size,
+        "ngrams": result.ngram_counts,
+        "timings": {k: round(v, 3) for k, v in result.timings.items()},
+        "metrics": result.metrics,
+    }
+    print(json.dumps(summary, indent=2))
+    return 0
