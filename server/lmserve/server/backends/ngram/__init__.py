@@ -1,0 +1,10 @@
+"""The n-gram backend: ARPA reading, the memory-mapped binary format and KenLM-exact scoring.
+
+    model = NgramModel.from_arpa("kjv.5gram.arpa.gz")   # or NgramModel.load("model.lmbin")
+    model.score(encode_token_lists([["in", "the", "beginning"]], model.vocab)).totals
+"""
+
+from lmserve.server.backends.ngram.folder import write_model_folder
+from lmserve.server.backends.ngram.model import NgramModel
+
+__all__ = ["NgramModel", "write_model_folder"]

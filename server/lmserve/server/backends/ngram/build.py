@@ -1,0 +1,177 @@
+"""Turns a parsed ARPA model into the arrays the engine scores with (`NgramArrays`).
+
+Per order k the entries are sorted by (prefix index, last word): the children of a context are
+contiguous (CSR, `child_start`), which makes a whole next-word distribution a few slice writes,
+and each entry's exact key `prefix << 32 | word` goes into a hash table for scoring.
+
+ARPA files from pruned SRILM models can lack lower-order entries that KenLM relies on. KenLM
+fills them in while loading (`lm/search_hashed.cc`, `FixSRI`: a missing suffix of an n-gram
+gets a "blank" entry whose probability is the backed-off one and whose backoff is 0). We do the
+same for missing suffixes, and also for missing prefixes (contexts), which our prefix-chained
+keys need; KenLM's probing model refuses such files and its trie inserts the same blanks.
+Afterwards every substring of an entry is an entry, so "longest chain of matches" and "longest
+matching n-gram" coincide, as KenLM's lookup loop assumes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.ngram.arpa import ArpaModel
+from lmserve.server.backends.ngram.hashing import HashTable, make_keys
+from lmserve.server.errors import ArpaFormatError
+
+LN10 = math.log(10.0)
+# KenLM scores a word at log10 -100 when the model has no <unk> (`lm/model.cc`).
+MISSING_UNK_LOG10 = -100.0
+UNK, BOS, EOS = "<unk>", "<s>", "</s>"
+
+F32 = npt.NDArray[np.float32]
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass
+class NgramArrays:
+    """Everything a model needs, as flat arrays (natural logs, float32).
+
+    Order k is at list position k-1. `words[0]` is `arange(V)` (unigram index == word id);
+    `child_start[k-1]` has len(order k)+1 entries for k < N; `tables[k-1]` is None for k=1.
+    """
+
+    vocab: list[str]
+    counts: list[int]  # the ARPA \data\ counts (without fill-in entries)
+    probs: list[F32]
+    backoffs: list[F32]  # orders 1..N-1
+    words: list[I32]
+    child_start: list[I64]  # orders 1..N-1
+    tables: list[HashTable | None] = field(default_factory=list)
+
+    @property
+    def order(self) -> int:
+        return len(self.probs)
+
+
+@dataclass
+class _Rows:
+    """One order's entries while building, in log10."""
+
+    words: I32
+    log10_prob: npt.NDArray[np.float64]
+    log10_backoff: npt.NDArray[np.float64]
+    lines: I64  # -1 for fill-in entries
+
+    def extend(self, words: I32) -> None:
+        n = len(words)
+        self.words = np.concatenate([self.words, words])
+        self.log10_prob = np.concatenate([self.log10_prob, np.full(n, np.nan)])
+        self.log10_backoff = np.concatenate([self.log10_backoff, np.zeros(n)])
+        self.lines = np.concatenate([self.lines, np.full(n, -1, dtype=np.int64)])
+
+    def take(self, perm: I64) -> None:
+        self.words, self.lines = self.words[perm], self.lines[perm]
+        self.log10_prob, self.log10_backoff = self.log10_prob[perm], self.log10_backoff[perm]
+
+
+def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
+    """Builds sorted, hashed, gap-filled arrays from an ARPA model (see the module docstring)."""
+    vocab = list(arpa.vocab)
+    uni = arpa.orders[0]
+    log10_prob, log10_backoff = uni.log10_prob, uni.log10_backoff
+    for marker in (BOS, EOS):
+        if marker not in vocab:
+            raise ArpaFormatError(name, f"the unigrams lack {marker}")
+    if UNK not in vocab:
+        vocab.append(UNK)
+        log10_prob = np.append(log10_prob, MISSING_UNK_LOG10)
+        log10_backoff = np.append(log10_backoff, 0.0)
+    n_order = len(arpa.orders)
+    rows = [
+        _Rows(o.words, o.log10_prob, o.log10_backoff, o.lines.astype(np.int64))
+        for o in arpa.orders
+    ]
+    uni_lines = np.full(len(vocab), -1, dtype=np.int64)
+    uni_lines[: len(uni.lines)] = uni.lines
+    rows[0] = _Rows(
+        np.arange(len(vocab), dtype=np.int32)[:, None], log10_prob, log10_backoff, uni_lines
+    )
+
+    tables: list[HashTable | None] = [None] * n_order
+    parents: list[I64] = [np.zeros(0, dtype=np.int64)] * n_order
+    # suffix[k-1][e]: index in order k-1 of entry e's suffix (its last k-1 words).
+    suffix: list[I64] = [np.zeros(0, dtype=np.int64)] * n_order
+    k = 2
+    while k <= n_order:
+        cur = rows[k - 1]
+        # Walk each entry's prefix chain: the index of words[:j] in order j, j = 1..k-1.
+        prefix = cur.words[:, 0].astype(np.int64)
+        missing_at = 0
+        for j in range(2, k):
+            table = tables[j - 1]
+            assert table is not None
+            prefix = table.lookup(make_keys(prefix, cur.words[:, j - 1]))
+            gone = prefix < 0
+            if gone.any():
+                rows[j - 1].extend(_unique_rows(cur.words[gone, :j]))
+                missing_at = j
+                break
+        if missing_at:
+            k = missing_at  # rebuild from the order that gained fill-in contexts
+            continue
+        if k >= 3:
+            below = tables[k - 2]
+            assert below is not None
+            suffix_idx = below.lookup(make_keys(suffix[k - 2][prefix], cur.words[:, -1]))
+            gone = suffix_idx < 0
+            if gone.any():
+                rows[k - 2].extend(_unique_rows(cur.words[gone, 1:]))
+                k -= 1
+                continue
+        else:
+            suffix_idx = cur.words[:, -1].astype(np.int64)
+        keys = make_keys(prefix, cur.words[:, -1])
+        perm = np.argsort(keys, kind="stable")
+        keys, prefix, suffix_idx = keys[perm], prefix[perm], suffix_idx[perm]
+        cur.take(perm)
+        dup = np.flatnonzero(keys[1:] == keys[:-1])
+        if len(dup):
+            line = int(max(cur.lines[dup[0]], cur.lines[dup[0] + 1]))
+            raise ArpaFormatError(name, f"line {line}: duplicate {k}-gram")
+        # A fill-in entry's probability is the backed-off one: p(suffix) + backoff(context).
+        fill = np.isnan(cur.log10_prob)
+        if fill.any():
+            below_rows = rows[k - 2]
+            cur.log10_prob[fill] = (
+                below_rows.log10_prob[suffix_idx[fill]] + below_rows.log10_backoff[prefix[fill]]
+            )
+        tables[k - 1] = HashTable.build(keys)
+        parents[k - 1], suffix[k - 1] = prefix, suffix_idx
+        k += 1
+
+    probs = [(r.log10_prob * LN10).astype(np.float32) for r in rows]
+    backoffs = [(r.log10_backoff * LN10).astype(np.float32) for r in rows[:-1]]
+    words = [r.words[:, -1].astype(np.int32) for r in rows]
+    child_start = []
+    for k in range(1, n_order):
+        per_parent = np.bincount(parents[k], minlength=len(rows[k - 1].words))
+        starts = np.zeros(len(per_parent) + 1, dtype=np.int64)
+        np.cumsum(per_parent, out=starts[1:])
+        child_start.append(starts)
+    return NgramArrays(
+        vocab=vocab,
+        counts=list(arpa.counts),
+        probs=probs,
+        backoffs=backoffs,
+        words=words,
+        child_start=child_start,
+        tables=tables,
+    )
+
+
+def _unique_rows(words: I32) -> I32:
+    """Distinct rows of a small int32 matrix (only used for the rare fill-in entries)."""
+    return np.unique(words, axis=0).astype(np.int32)

@@ -1,0 +1,65 @@
+"""Writes an n-gram model folder: `model.lmbin`, optionally the source ARPA, and `model.yaml`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from lmserve.server.backends.ngram.model import NgramModel
+from lmserve.server.registry.manifest import (
+    FileEntry,
+    ModelFormat,
+    ModelKind,
+    ModelManifest,
+    NgramSpec,
+    Provenance,
+    TokenizerSpec,
+    sha256_of,
+    write_manifest,
+)
+
+BINARY_NAME = "model.lmbin"
+
+
+def write_model_folder(
+    model: NgramModel,
+    out_dir: Path,
+    *,
+    name: str,
+    tokenizer: TokenizerSpec,
+    provenance: Provenance,
+    smoothing: str | None = None,
+    arpa_source: Path | None = None,
+    description: str = "",
+) -> ModelManifest:
+    """Saves the model's binary (and a copy of its ARPA) with a manifest listing their sha256.
+
+    The manifest says kind=ngram, format=ngram_binary, files["model"] = model.lmbin, and
+    files["arpa"] = model.arpa[.gz] when `arpa_source` is given (kept for inspection and for
+    rebuilding the binary with a newer format).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save(out_dir / BINARY_NAME)
+    files = {"model": FileEntry(path=BINARY_NAME, sha256=sha256_of(out_dir / BINARY_NAME))}
+    if arpa_source is not None:
+        arpa_source = Path(arpa_source)
+        with arpa_source.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        arpa_name = "model.arpa.gz" if gzipped else "model.arpa"
+        target = out_dir / arpa_name
+        if arpa_source.resolve() != target.resolve():
+            shutil.copyfile(arpa_source, target)
+        files["arpa"] = FileEntry(path=arpa_name, sha256=sha256_of(target))
+    manifest = ModelManifest(
+        name=name,
+        kind=ModelKind.NGRAM,
+        format=ModelFormat.NGRAM_BINARY,
+        description=description,
+        files=files,
+        tokenizer=tokenizer,
+        ngram=NgramSpec(order=model.order, smoothing=smoothing),
+        provenance=provenance,
+    )
+    write_manifest(out_dir, manifest)
+    return manifest

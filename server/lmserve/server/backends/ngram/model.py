@@ -1,0 +1,213 @@
+"""`NgramModel`: a back-off n-gram language model scored exactly as KenLM scores it.
+
+KenLM's rule (`lm/model.cc`, `GenericModel::FullScore`): for word w after history h, find the
+longest n-gram `h' w` in the model whose context h' is a suffix of h, and
+
+    log p(w | h) = log p(w | h') + sum of backoff(c) over the suffixes c of h longer than h'
+
+where the sum runs over the contexts KenLM's state holds (those found while scoring the previous
+word, at most N-1 words). All values here are natural logs (ARPA's log10 x ln 10).
+
+Scoring is vectorised over the whole flattened batch, with no Python loop per word:
+1. Lay the batch out as one token array with `<s>`/`</s>` inserted per text.
+2. Order 1 is the word id itself. The order-k entry ending at token i, if any, has the key
+   `(order-(k-1) entry ending at token i-1) << 32 | word_i`, so one hash lookup per order over the
+   positions still matching resolves all orders in k-1 vectorised steps (a prefix chain).
+3. The backoff part at token i is (sum of backoffs of all contexts found at i-1) minus (those
+   at i-1 that token i extended), accumulated in float64 during the same loop.
+4. Totals are a segmented sum over the texts' offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
+from lmserve.server.backends.ngram.arpa import read_arpa
+from lmserve.server.backends.ngram.build import BOS, EOS, UNK, NgramArrays, build_arrays
+from lmserve.server.backends.ngram.hashing import HashTable, make_keys
+
+
+class NgramModel:
+    """A loaded n-gram model; keeps no per-request state. Every score is a natural log.
+
+    >>> model = NgramModel.from_arpa("kjv.3gram.arpa")          # doctest: +SKIP
+    >>> batch = encode_token_lists([["in", "the", "beginning"]], model.vocab)  # doctest: +SKIP
+    >>> model.score(batch).totals                                 # doctest: +SKIP
+    array([-9.02...])
+    """
+
+    def __init__(self, arrays: NgramArrays) -> None:
+        self._a = arrays
+        self.order: int = arrays.order
+        self._vocab = Vocabulary.from_words(arrays.vocab, unk=UNK, bos=BOS, eos=EOS)
+        # float64 copies of the small unigram arrays: gathered for every token.
+        self._uni_prob = arrays.probs[0].astype(np.float64)
+        self._uni_backoff = (
+            arrays.backoffs[0].astype(np.float64) if self.order > 1 else np.zeros(0)
+        )
+        self._tables: list[HashTable] = [t for t in arrays.tables[1:] if t is not None]
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_arpa(cls, path: str | Path) -> NgramModel:
+        """Reads an ARPA file (plain or gzipped, any order)."""
+        return cls(build_arrays(read_arpa(path), str(path)))
+
+    def save(self, path: str | Path) -> None:
+        """Writes the memory-mappable binary file (see `binary.py`)."""
+        from lmserve.server.backends.ngram.binary import save_arrays
+
+        save_arrays(self._a, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> NgramModel:
+        """Memory-maps a file written by `save`; raises ModelLoadError if it is not one."""
+        from lmserve.server.backends.ngram.binary import load_arrays
+
+        return cls(load_arrays(Path(path)))
+
+    # -- facts --------------------------------------------------------------------------------
+    @property
+    def vocab(self) -> Vocabulary:
+        return self._vocab
+
+    @property
+    def arrays(self) -> NgramArrays:
+        return self._a
+
+    def ngram_counts(self) -> list[int]:
+        """Entries per order as the ARPA `\\data\\` section declared them."""
+        return list(self._a.counts)
+
+    # -- scoring ------------------------------------------------------------------------------
+    def score(
+        self, batch: EncodedBatch, *, bos: bool = True, eos: bool = True, per_token: bool = False
+    ) -> BatchScores:
+        """log P(text [+ </s>] | <s> or empty context) in nats per text, as KenLM's score."""
+        offsets = np.asarray(batch.offsets, dtype=np.int64)
+        n_texts = len(offsets) - 1
+        lengths = np.diff(offsets)
+        extra = int(bos) + int(eos)
+        ext_offsets = offsets + np.arange(n_texts + 1, dtype=np.int64) * extra
+        tokens = self._layout(batch.ids, lengths, ext_offsets, bos, eos)
+        log_probs, matched = self._score_tokens(tokens, ext_offsets)
+        text_starts = ext_offsets[:-1]
+        if bos:  # <s> is context only
+            log_probs[text_starts] = 0.0
+        cumulative = np.zeros(len(log_probs) + 1, dtype=np.float64)
+        np.cumsum(log_probs, out=cumulative[1:])
+        totals = cumulative[ext_offsets[1:]] - cumulative[text_starts]
+        if not per_token:
+            return BatchScores(totals=totals)
+        keep = np.ones(len(tokens), dtype=np.bool_)
+        if bos:
+            keep[text_starts] = False
+        token_offsets = offsets + np.arange(n_texts + 1, dtype=np.int64) * int(eos)
+        return BatchScores(
+            totals=totals,
+            token_log_probs=log_probs[keep],
+            token_offsets=token_offsets,
+            ngram_lengths=matched[keep].astype(np.int32),
+        )
+
+    def _layout(
+        self,
+        ids: npt.NDArray[np.int32],
+        lengths: npt.NDArray[np.int64],
+        ext_offsets: npt.NDArray[np.int64],
+        bos: bool,
+        eos: bool,
+    ) -> npt.NDArray[np.int64]:
+        """The flat token array with <s> before and </s> after each text, as asked."""
+        ids64 = np.asarray(ids, dtype=np.int64)
+        if not (bos or eos):
+            return ids64
+        tokens = np.empty(int(ext_offsets[-1]), dtype=np.int64)
+        extra = int(bos) + int(eos)
+        shift = np.repeat(np.arange(len(lengths), dtype=np.int64) * extra + int(bos), lengths)
+        tokens[np.arange(len(ids64), dtype=np.int64) + shift] = ids64
+        if bos:
+            tokens[ext_offsets[:-1]] = self._vocab.bos_id
+        if eos:
+            tokens[ext_offsets[1:] - 1] = self._vocab.eos_id
+        return tokens
+
+    def _score_tokens(
+        self, tokens: npt.NDArray[np.int64], ext_offsets: npt.NDArray[np.int64]
+    ) -> tuple[FloatArray, npt.NDArray[np.int8]]:
+        """Per-token log p (nats) and matched n-gram length; texts start at `ext_offsets`."""
+        a, n_order = self._a, self.order
+        log_probs = self._uni_prob[tokens]
+        matched = np.ones(len(tokens), dtype=np.int8)
+        if n_order == 1 or len(tokens) == 0:
+            return log_probs, matched
+        # found_backoff[i]: sum of backoffs of the contexts (orders < N) found ending at i.
+        found_backoff = self._uni_backoff[tokens]
+        # extended[i]: the part of found_backoff[i-1] that token i's longer match made unused.
+        extended = np.zeros(len(tokens), dtype=np.float64)
+        first = np.zeros(len(tokens), dtype=np.bool_)
+        first[ext_offsets[:-1][ext_offsets[:-1] < len(tokens)]] = True
+        # Positions whose previous token is in the same text, and that previous token's entry.
+        pos = np.flatnonzero(~first[1:]) + 1
+        prev = tokens[pos - 1]
+        for k in range(2, n_order + 1):
+            entry = self._tables[k - 2].lookup(make_keys(prev, tokens[pos]))
+            hit = entry >= 0
+            pos, entry, prev = pos[hit], entry[hit], prev[hit]
+            if len(pos) == 0:
+                break
+            extended[pos] += a.backoffs[k - 2][prev]
+            log_probs[pos] = a.probs[k - 1][entry]
+            matched[pos] = k
+            if k == n_order:
+                break
+            found_backoff[pos] += a.backoffs[k - 1][entry]
+            nxt = pos + 1
+            more = nxt < len(tokens)
+            more[more] = ~first[nxt[more]]
+            pos, prev = nxt[more], entry[more]
+        # KenLM: p += backoffs of in_state contexts from the matched length up (FullScore).
+        backoff = np.empty(len(tokens), dtype=np.float64)
+        backoff[0] = 0.0
+        np.subtract(found_backoff[:-1], extended[1:], out=backoff[1:])
+        backoff[first] = 0.0
+        log_probs += backoff
+        return log_probs, matched
+
+    # -- next-word distributions --------------------------------------------------------------
+    def context_entries(self, context: Sequence[int], *, bos: bool = True) -> list[int]:
+        """Indices of the entries (order 1, 2, ...) that end the context: KenLM's state."""
+        n_keep = self.order - 1
+        window = [int(t) for t in context][-n_keep:] if n_keep else []
+        if bos and len(context) < n_keep:
+            window.insert(0, self._vocab.bos_id)
+        found: list[int] = []  # entries ending at the previous token, by order
+        for word in window:
+            now = [word]
+            for k, prev in enumerate(found[: n_keep - 1], start=2):
+                entry = self._tables[k - 2].get((prev << 32) | word)
+                if entry < 0:
+                    break
+                now.append(entry)
+            found = now
+        return found[:n_keep]
+
+    def next_token_log_probs(self, context: Sequence[int], *, bos: bool = True) -> FloatArray:
+        """log P(w | [<s>] context) in nats for every vocabulary id w (shape [len(vocab)])."""
+        a = self._a
+        entries = self.context_entries(context, bos=bos)
+        backoffs = [float(a.backoffs[j][e]) for j, e in enumerate(entries)]
+        # Words with no n-gram after any context entry: unigram + every context backoff.
+        # Then the children of each longer context overwrite, each with the backoffs of the
+        # contexts longer than itself (the longest context writes last and wins).
+        out = self._uni_prob + sum(backoffs)
+        for j, entry in enumerate(entries):
+            lo, hi = int(a.child_start[j][entry]), int(a.child_start[j][entry + 1])
+            if hi > lo:
+                out[a.words[j + 1][lo:hi]] = a.probs[j + 1][lo:hi] + sum(backoffs[j + 1 :])
+        return out
