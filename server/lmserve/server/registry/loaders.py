@@ -20,14 +20,14 @@ Loader = Callable[[Path, ModelManifest], LanguageModelBackend]
 def _ngram_binary(folder: Path, manifest: ModelManifest) -> LanguageModelBackend:
     from lmserve.server.backends.ngram import NgramModel
 
-    return NgramModel.load(manifest.file_path(folder, "model"))  # type: ignore[no-any-return]
+    return NgramModel.load(manifest.file_path(folder, "model"))
 
 
 def _ngram_arpa(folder: Path, manifest: ModelManifest) -> LanguageModelBackend:
     from lmserve.server.backends.ngram import NgramModel
 
     key = "arpa" if "arpa" in manifest.files else "model"
-    return NgramModel.from_arpa(manifest.file_path(folder, key))  # type: ignore[no-any-return]
+    return NgramModel.from_arpa(manifest.file_path(folder, key))
 
 
 LOADERS: dict[tuple[ModelKind, ModelFormat], Loader] = {

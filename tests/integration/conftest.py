@@ -1,0 +1,124 @@
+"""A model repository built in tmp (good and broken models) and a real server on a free port."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from integration_data import KJV_PATTERN, MAX_TEXTS, MAX_TOKENS
+from prometheus_client import CollectorRegistry
+
+from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.backends.ngram import NgramModel, write_model_folder
+from lmserve.server.registry.manifest import (
+    ModelManifest,
+    Provenance,
+    TokenizerSpec,
+    sha256_of,
+    write_manifest,
+)
+from lmserve.server.settings import load_settings
+from lmserve.v1 import lm_service_pb2_grpc
+
+
+def _import(arpa: Path, folder: Path, name: str, **tokenizer: object) -> ModelManifest:
+    return write_model_folder(
+        NgramModel.from_arpa(arpa),
+        folder,
+        name=name,
+        tokenizer=TokenizerSpec.model_validate(tokenizer),
+        provenance=Provenance(trained_by="tests", metrics={"test_perplexity": 12.5}),
+        description=f"{name} for the integration tests",
+    )
+
+
+def _arpa_folder(folder: Path, name: str, arpa_text: bytes) -> None:
+    """A model served straight from ARPA text (format arpa), compiled when loaded."""
+    folder.mkdir(parents=True)
+    (folder / "model.arpa").write_bytes(arpa_text)
+    manifest = ModelManifest.model_validate(
+        {
+            "name": name,
+            "kind": "ngram",
+            "format": "arpa",
+            "files": {"arpa": {"path": "model.arpa", "sha256": sha256_of(folder / "model.arpa")}},
+            "ngram": {"order": 5},
+        }
+    )
+    write_manifest(folder, manifest)
+
+
+@pytest.fixture(scope="session")
+def model_repository(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    root = tmp_path_factory.mktemp("models")
+    kenlm = shared_data / "kenlm-tests"
+    _import(kenlm / "test.arpa", root / "test", "test")
+    _import(kenlm / "test_nounk.arpa", root / "test-nounk", "test-nounk")
+    _import(
+        shared_data / "kjv" / "kenlm" / "kjv.3gram.arpa",
+        root / "kjv3",
+        "kjv3",
+        lowercase=True,
+        pattern=KJV_PATTERN,
+    )
+    _arpa_folder(root / "test-arpa", "test-arpa", (kenlm / "test.arpa").read_bytes())
+
+    # Broken folders: each must fail alone while the others serve.
+    shutil.copytree(root / "test", root / "bad-checksum")
+    manifest = yaml.safe_load((root / "bad-checksum" / "model.yaml").read_text())
+    manifest["name"] = "bad-checksum"
+    manifest["files"]["model"]["sha256"] = "0" * 64
+    (root / "bad-checksum" / "model.yaml").write_text(yaml.safe_dump(manifest))
+
+    shutil.copytree(root / "test", root / "missing-file")
+    manifest = yaml.safe_load((root / "missing-file" / "model.yaml").read_text())
+    manifest["name"] = "missing-file"
+    (root / "missing-file" / "model.yaml").write_text(yaml.safe_dump(manifest))
+    (root / "missing-file" / manifest["files"]["model"]["path"]).unlink()
+
+    _arpa_folder(root / "malformed-arpa", "malformed-arpa", b"\\data\\\nngram 1=x\n\nnot arpa\n")
+
+    (root / "invalid-manifest").mkdir()
+    (root / "invalid-manifest" / "model.yaml").write_text(
+        "name: invalid-manifest\nkind: transformer\nformat: ngram_binary\nfiles: {}\n"
+    )
+
+    (root / "neural").mkdir()
+    (root / "neural" / "model.onnx").write_bytes(b"not really onnx")
+    (root / "neural" / "model.yaml").write_text(
+        "name: neural\nkind: lstm\nformat: onnx\nfiles: {model: {path: model.onnx}}\n"
+    )
+    return root
+
+
+@pytest.fixture(scope="session")
+def server(model_repository: Path) -> Iterator[BackgroundServer]:
+    settings = load_settings(
+        {
+            "model_repository": model_repository,
+            "host": "127.0.0.1",
+            "port": 0,
+            "metrics_host": "127.0.0.1",
+            "metrics_port": 0,
+            "max_texts_per_request": MAX_TEXTS,
+            "max_tokens_per_text": MAX_TOKENS,
+        }
+    )
+    running = start_background_server(settings, registry=CollectorRegistry())
+    yield running
+    running.stop(grace=1.0)
+
+
+@pytest.fixture(scope="session")
+def channel(server: BackgroundServer) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(server.address) as channel:
+        yield channel
+
+
+@pytest.fixture(scope="session")
+def stub(channel: grpc.Channel) -> lm_service_pb2_grpc.LanguageModelServiceStub:
+    return lm_service_pb2_grpc.LanguageModelServiceStub(channel)

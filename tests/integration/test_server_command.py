@@ -1,0 +1,83 @@
+"""`lmserve import-arpa` and `lmserve serve` as a user runs them: a subprocess, SIGTERM to stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+
+from lmserve.server.cli import main
+from lmserve.v1 import lm_service_pb2 as pb
+from lmserve.v1 import lm_service_pb2_grpc
+
+
+@pytest.fixture(scope="module")
+def imported_repository(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    root = tmp_path_factory.mktemp("served")
+    arpa = shared_data / "kenlm-tests" / "test.arpa"
+    code = main(
+        ["import-arpa", str(arpa), str(root / "small"), "--name", "imported", "--lowercase"]
+    )
+    assert code == 0
+    return root
+
+
+def test_import_arpa_writes_a_verified_model_folder(imported_repository: Path) -> None:
+    manifest = yaml.safe_load((imported_repository / "small" / "model.yaml").read_text())
+    assert manifest["name"] == "imported"
+    assert manifest["kind"] == "ngram" and manifest["format"] == "ngram_binary"
+    assert manifest["tokenizer"]["lowercase"] is True
+    assert len(manifest["files"]["model"]["sha256"]) == 64
+
+
+def test_import_arpa_rejects_a_bad_pattern(tmp_path: Path, shared_data: Path) -> None:
+    arpa = shared_data / "kenlm-tests" / "test.arpa"
+    assert main(["import-arpa", str(arpa), str(tmp_path / "m"), "--token-pattern", "("]) == 2
+
+
+def _wait_for_port(process: subprocess.Popen[str], deadline: float) -> int:
+    assert process.stderr is not None
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        match = re.search(r"serving \S+ on 127\.0\.0\.1:(\d+)", line)
+        if match:
+            return int(match.group(1))
+    process.kill()
+    pytest.fail("server did not report its port:\n" + "".join(seen))
+
+
+def test_serve_answers_and_stops_on_sigterm(imported_repository: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LMSERVE_")}
+    env["LMSERVE_PORT"] = "1"  # the --port flag must win over the environment
+    env["LMSERVE_MAX_TEXTS_PER_REQUEST"] = "2"  # read from the environment
+    command = [sys.executable, "-m", "lmserve.server.cli", "serve", "--host", "127.0.0.1"]
+    command += ["--port", "0", "--metrics-port", "0"]
+    command += ["--model-repository", str(imported_repository), "--grace-period-seconds", "2"]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        port = _wait_for_port(process, time.monotonic() + 30)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
+            result = stub.Score(pb.ScoreRequest(model="imported", texts=["A Little"])).results[0]
+            assert result.token_count == 3 and result.oov_count == 0  # lowercased by the model
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Score(pb.ScoreRequest(model="imported", texts=["a", "b", "c"]))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
