@@ -24,10 +24,17 @@ DEFAULT_TARGET = req.DEFAULT_TARGET
 DEFAULT_TIMEOUT = 30.0
 
 _HEALTH_NAMES = {v: k for k, v in health_pb2.HealthCheckResponse.ServingStatus.items()}
+# The server publishes one health entry per model under this prefix: "<service>/<model>".
+SERVICE_NAME = "lmserve.v1.LanguageModelService"
+
+
+def health_service(model: str | None) -> str:
+    """The health-service name to check: "" for the whole server, else the model's entry."""
+    return f"{SERVICE_NAME}/{model}" if model else ""
 
 
 def _health_from_model(info: ModelInfo) -> HealthStatus:
-    return HealthStatus(info.name, "SERVING" if info.ready else "NOT_SERVING")
+    return HealthStatus(health_service(info.name), "SERVING" if info.ready else "NOT_SERVING")
 
 
 def _scores(resp: pb.ScoreResponse, with_tokens: bool) -> list[TextScore]:
@@ -195,11 +202,12 @@ class LmServeClient:
 
     # -- health ---------------------------------------------------------------------------------
     def health(self, model: str | None = None, *, timeout: float | None = None) -> HealthStatus:
-        """The standard gRPC health check of the server ("" service) or of one model.
+        """The standard gRPC health check of the server ("" service) or of one model
+        (`lmserve.v1.LanguageModelService/<model>`).
 
-        For a model the server does not list in its health service, the model's state from
-        GetModel answers instead (ModelNotFoundError if there is no such model)."""
-        service = model or ""
+        For a model the health service does not know, the model's state from GetModel answers
+        instead (ModelNotFoundError if the server has no such model)."""
+        service = health_service(model)
         try:
             resp = self._health.Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=self._t(timeout)
@@ -350,7 +358,7 @@ class AsyncLmServeClient:
     async def health(
         self, model: str | None = None, *, timeout: float | None = None
     ) -> HealthStatus:
-        service = model or ""
+        service = health_service(model)
         try:
             resp = await self._health.Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=self._t(timeout)

@@ -194,7 +194,8 @@ class HealthStatus:
     """The answer of the standard gRPC health service (`grpc.health.v1`) for one service name."""
 
     service: str
-    """The name checked: "" for the whole server, or a model name."""
+    """The name checked: "" for the whole server, `lmserve.v1.LanguageModelService/<model>`
+    for one model."""
     status: str
     """`SERVING`, `NOT_SERVING`, `SERVICE_UNKNOWN` or `UNKNOWN`."""
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from lmserve.client.commands._common import add_connection_arguments, with_client
@@ -21,10 +22,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_connection_arguments(parser)
 
 
+def _plain(value: Any) -> Any:
+    """Dataclasses, mappings and sets as JSON-ready dicts, dicts and sorted lists."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    return value
+
+
 def _as_json(info: ModelInfo) -> dict[str, Any]:
-    data = asdict(info)
-    data["capabilities"] = sorted(info.capabilities)
-    data["provenance"]["metrics"] = dict(info.provenance.metrics)
+    data: dict[str, Any] = _plain(info)
     return data
 
 
