@@ -21,13 +21,6 @@ def corpus(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
-@pytest.fixture(autouse=True)
-def _engine() -> None:
-    engine = pytest.importorskip("lmserve.server.backends.ngram")
-    if not hasattr(engine, "write_model_folder"):
-        pytest.skip("the n-gram engine is not there yet")
-
-
 @pytest.mark.parametrize("smoothing", ["modified-kneser-ney", "interpolated", "add-k"])
 def test_train_ngram_writes_a_valid_model_folder(
     corpus: dict[str, Path], tmp_path: Path, smoothing: str

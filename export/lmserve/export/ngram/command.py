@@ -53,6 +53,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _command_line(args: argparse.Namespace) -> list[str]:
+    """The options this run used, spelled as a command line (recorded in the manifest)."""
+    words = ["--order", str(args.order), "--smoothing", args.smoothing]
+    for option in ("name", "heldout", "test", "top_n", "token_pattern"):
+        value = getattr(args, option)
+        if value is not None:
+            words += ["--" + option.replace("_", "-"), str(value)]
+    if args.smoothing == "add-k":
+        words += ["--add-k", str(args.add_k)]
+    if args.min_count != 1:
+        words += ["--min-count", str(args.min_count)]
+    words += [flag for flag, on in (("--lowercase", args.lowercase),
+              ("--arpa-only", args.arpa_only), ("--no-gzip", not args.gzip)) if on]  # fmt: skip
+    words += [str(args.corpus), str(args.model_dir)]
+    return [shlex.quote(w) for w in words]
+
+
 def run(args: argparse.Namespace) -> int:
     from lmserve.export.ngram.train import TrainConfig, train
 
@@ -72,9 +89,8 @@ def run(args: argparse.Namespace) -> int:
         arpa_only=args.arpa_only,
         gzip=args.gzip,
     )
-    argv = sys.argv[sys.argv.index("train-ngram") + 1 :] if "train-ngram" in sys.argv else []
     try:
-        result = train(config, command_line=[shlex.quote(a) for a in argv])
+        result = train(config, command_line=_command_line(args))
     except (ValueError, OSError) as exc:
         print(f"lmserve train-ngram: error: {exc}", file=sys.stderr)
         return 2

@@ -70,9 +70,9 @@ class _Timer:
 
 
 def read_sentences(path: Path, tokenizer: WordTokenizer) -> list[list[str]]:
-    """One sentence per line; lines with no words are skipped (KenLM skips them too)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [s for s in tokenizer.split_batch(lines) if s]
+    """One sentence per line, as KenLM reads text: a line with no words is still a sentence
+    (`<s> </s>`), so every line contributes one `</s>`."""
+    return tokenizer.split_batch(path.read_text(encoding="utf-8").splitlines())
 
 
 def smooth(counts: NgramCounts, config: TrainConfig, heldout: EncodedCorpus | None) -> BackoffModel:
