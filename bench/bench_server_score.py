@@ -49,7 +49,7 @@ def model_folder(explicit: Path | None) -> Path:
     if (folder / "model.yaml").is_file():
         return folder
     from lmserve.server.backends.ngram import NgramModel, write_model_folder
-    from lmserve.server.registry.manifest import Provenance
+    from lmserve.server.registry.manifest import Provenance, TokenizerSpec
 
     log(f"building {folder} from {KJV_5GRAM_ARPA} (once)")
     model = NgramModel.from_arpa(KJV_5GRAM_ARPA)
@@ -57,6 +57,7 @@ def model_folder(explicit: Path | None) -> Path:
         model,
         folder,
         name=MODEL_NAME,
+        tokenizer=TokenizerSpec(),  # whitespace split, as KenLM reads text
         provenance=Provenance(training_corpus=str(KJV_5GRAM_ARPA), trained_by="kenlm lmplz"),
     )
     return folder
