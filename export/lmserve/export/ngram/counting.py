@@ -78,7 +78,7 @@ def count_ngrams(corpus: EncodedCorpus, order: int, vocab_size: int) -> NgramCou
     for k in range(2, order + 1):
         ends = np.flatnonzero(pos >= k - 1)
         if len(ends) == 0:
-            break
+            raise ValueError(f"no sentence is long enough for {k}-grams; use a lower --order")
         # The (k-1)-gram ending just before j is this n-gram's context.
         keys = node[ends - 1] * v + ids[ends]
         uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
