@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing as mp
+import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common import (
     CACHE_DIR,
@@ -34,33 +35,44 @@ from common import (
 )
 from server_process import ServerProcess
 
+if TYPE_CHECKING:
+    from lmserve.server.registry.repository import ModelRepository
+
 MODEL_NAME = "kjv-5gram"
 BATCH = 200
 LATENCY_TEXT = "in the beginning god created the heaven and the earth"
 LN10 = math.log(10)
 
 
-def model_folder(explicit: Path | None) -> Path:
-    """The model folder to serve: --model-dir, else one built from KenLM's ARPA (cached), so that
-    the server and the KenLM baseline score with the very same model."""
+def load_repository(explicit: Path | None) -> tuple[Path, ModelRepository]:
+    """The model repository to serve and its loaded form: --model-dir's parent, else a folder
+    built from KenLM's ARPA (cached, rebuilt when it no longer loads, e.g. after a binary format
+    change), so that the server and the KenLM baseline score with the very same model."""
+    from lmserve.server.registry.repository import ModelRepository
+
     if explicit is not None:
-        return explicit
+        repo = ModelRepository.load(explicit.parent)
+        repo.ready(explicit.name)  # fails loudly when the model does not load
+        return explicit.parent, repo
     folder = CACHE_DIR / "repo" / MODEL_NAME
     if (folder / "model.yaml").is_file():
-        return folder
+        repo = ModelRepository.load(folder.parent)
+        if repo.get(MODEL_NAME).scorer is not None:
+            return folder.parent, repo
+        log(f"cached {folder} does not load; rebuilding it")
+        shutil.rmtree(folder)
     from lmserve.server.backends.ngram import NgramModel, write_model_folder
     from lmserve.server.registry.manifest import Provenance, TokenizerSpec
 
-    log(f"building {folder} from {KJV_5GRAM_ARPA} (once)")
-    model = NgramModel.from_arpa(KJV_5GRAM_ARPA)
+    log(f"building {folder} from {KJV_5GRAM_ARPA}")
     write_model_folder(
-        model,
+        NgramModel.from_arpa(KJV_5GRAM_ARPA),
         folder,
         name=MODEL_NAME,
         tokenizer=TokenizerSpec(),  # whitespace split, as KenLM reads text
         provenance=Provenance(training_corpus=str(KJV_5GRAM_ARPA), trained_by="kenlm lmplz"),
     )
-    return folder
+    return folder.parent, ModelRepository.load(folder.parent)
 
 
 def bench_kenlm(lines: list[str], words: int, runs: int) -> tuple[dict[str, Any], list[float]]:
@@ -76,15 +88,15 @@ def bench_kenlm(lines: list[str], words: int, runs: int) -> tuple[dict[str, Any]
     return rate_record("kenlm_inprocess_words_per_s", "words/s", words, seconds), scores
 
 
-def bench_engine(folder: Path, lines: list[str], words: int, runs: int) -> list[dict[str, Any]]:
+def bench_engine(
+    repo: ModelRepository, model: str, lines: list[str], words: int, runs: int
+) -> list[dict[str, Any]]:
     """Our engine without gRPC: the server's per-request work (tokenize, encode, score totals)
     over batches of BATCH lines, and the backend alone on pre-encoded batches."""
     from lmserve.server.decoding.scoring import ScoreOptions
-    from lmserve.server.registry.repository import ModelRepository
     from lmserve.server.text.word import encode_token_lists
 
-    repo = ModelRepository.load(folder.parent)
-    scorer = repo.ready(MODEL_NAME).scorer
+    scorer = repo.ready(model).scorer
     assert scorer is not None
     options = ScoreOptions()
     chunks = batches(lines, BATCH)
@@ -117,23 +129,29 @@ def bench_engine(folder: Path, lines: list[str], words: int, runs: int) -> list[
 
 
 def _client_worker(
-    target: str, chunks: list[list[str]], passes: int, barrier: Any, out: Any
+    target: str, model: str, chunks: list[list[str]], passes: int, barrier: Any, out: Any
 ) -> None:
     """One benchmark client process: waits for the others, then sends every batch `passes` times."""
     from lmserve.client import LmServeClient
 
     with LmServeClient(target, timeout=60) as client:
-        client.score(MODEL_NAME, chunks[0])  # connect and warm up
+        client.score(model, chunks[0])  # connect and warm up
         barrier.wait()
         start = time.monotonic()
         for _ in range(passes):
             for chunk in chunks:
-                client.score(MODEL_NAME, chunk)
+                client.score(model, chunk)
         out.put((start, time.monotonic()))
 
 
 def bench_concurrent(
-    target: str, chunks: list[list[str]], words: int, clients: int, passes: int, runs: int
+    target: str,
+    model: str,
+    chunks: list[list[str]],
+    words: int,
+    clients: int,
+    passes: int,
+    runs: int,
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     rates: list[float] = []
@@ -141,7 +159,7 @@ def bench_concurrent(
         barrier = ctx.Barrier(clients)
         out = ctx.Queue()
         procs = [
-            ctx.Process(target=_client_worker, args=(target, chunks, passes, barrier, out))
+            ctx.Process(target=_client_worker, args=(target, model, chunks, passes, barrier, out))
             for _ in range(clients)
         ]
         for p in procs:
@@ -162,7 +180,13 @@ def bench_concurrent(
 
 
 def bench_server(
-    folder: Path, lines: list[str], words: int, kenlm_rate: float, runs: int, clients: int
+    repository: Path,
+    model: str,
+    lines: list[str],
+    words: int,
+    kenlm_rate: float,
+    runs: int,
+    clients: int,
 ) -> list[dict[str, Any]]:
     from lmserve.client import LmServeClient
     from lmserve.client import _requests as req
@@ -171,14 +195,14 @@ def bench_server(
     chunks = batches(lines, BATCH)
     passes = 2 if quick() else 5
     results: list[dict[str, Any]] = []
-    with ServerProcess(folder.parent) as server, LmServeClient(server.target) as client:
+    with ServerProcess(repository) as server, LmServeClient(server.target) as client:
         client.wait_for_ready(60)
-        client.score(MODEL_NAME, chunks[0])
+        client.score(model, chunks[0])
 
         def one_client() -> None:
             for _ in range(passes):
                 for chunk in chunks:
-                    client.score(MODEL_NAME, chunk)
+                    client.score(model, chunk)
 
         cpu0 = server.cpu_seconds()
         seconds = repeat(one_client, runs)
@@ -209,7 +233,7 @@ def bench_server(
 
         # What the client library costs: the same loop on the raw stub with prebuilt requests,
         # and the client's own request building + result conversion without any network.
-        requests = [req.score_request(MODEL_NAME, c, True, True, False) for c in chunks]
+        requests = [req.score_request(model, c, True, True, False) for c in chunks]
         stub = client.stub
 
         def raw_stub() -> None:
@@ -232,7 +256,7 @@ def bench_server(
         def client_work() -> None:
             for _ in range(reps):
                 _scores(canned, False)
-                req.score_request(MODEL_NAME, chunks[0], True, True, False)
+                req.score_request(model, chunks[0], True, True, False)
 
         overhead = [s / reps * 1e6 for s in repeat(client_work, runs)]
         results.append(
@@ -246,7 +270,9 @@ def bench_server(
 
         if clients > 0:
             results.append(
-                bench_concurrent(server.target, chunks, words, clients, max(1, passes // 2), runs)
+                bench_concurrent(
+                    server.target, model, chunks, words, clients, max(1, passes // 2), runs
+                )
             )
 
         # Latency of a single short sentence.
@@ -258,7 +284,7 @@ def bench_server(
             samples = []
             for _ in range(calls):
                 start = time.perf_counter()
-                client.score(MODEL_NAME, one)
+                client.score(model, one)
                 samples.append((time.perf_counter() - start) * 1e3)
             p50.append(percentile(samples, 50))
             p99.append(percentile(samples, 99))
@@ -266,7 +292,7 @@ def bench_server(
         results.append(record("server_score_latency_p99_ms", "ms", p99, calls_per_run=calls))
 
         # Same numbers as KenLM? (totals in nats vs KenLM's log10 totals).
-        served = [r.log_prob for c in chunks for r in client.score(MODEL_NAME, c)]
+        served = [r.log_prob for c in chunks for r in client.score(model, c)]
         results.append({"name": "_served_totals", "values": served})
     return results
 
@@ -274,22 +300,32 @@ def bench_server(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3 if quick() else 5)
-    parser.add_argument("--model-dir", type=Path, default=None, help="a model folder to serve")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="serve this model folder (and its siblings) instead of KenLM's 5-gram",
+    )
     parser.add_argument("--clients", type=int, default=8, help="concurrent client processes")
     args = parser.parse_args(argv)
 
     lines = read_lines(KJV_TEST)
     words = count_words(lines)
     log(f"{len(lines)} sentences, {words} words (</s> counted), {args.runs} runs each")
-    folder = model_folder(args.model_dir)
+    repository, repo = load_repository(args.model_dir)
+    model = args.model_dir.name if args.model_dir else MODEL_NAME
 
     kenlm_rec, kenlm_scores = bench_kenlm(lines, words, args.runs)
     emit(kenlm_rec)
-    for rec in bench_engine(folder, lines, words, args.runs):
+    for rec in bench_engine(repo, model, lines, words, args.runs):
         emit(rec)
-    server_recs = bench_server(folder, lines, words, kenlm_rec["median"], args.runs, args.clients)
+    server_recs = bench_server(
+        repository, model, lines, words, kenlm_rec["median"], args.runs, args.clients
+    )
     for rec in server_recs:
         if rec["name"] == "_served_totals":
+            if args.model_dir is not None:
+                continue  # another model than KenLM's ARPA: nothing to compare
             diffs = [abs(s - k * LN10) for s, k in zip(rec["values"], kenlm_scores, strict=True)]
             emit(record("server_vs_kenlm_max_abs_diff_nats", "nats", [max(diffs)]))
         else:
