@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent import futures
 
 import grpc
 import pytest
 
 from lmserve.client import (
+    AsyncLmServeClient,
     DeadlineExceededError,
     InvalidArgumentError,
     LmServeClient,
@@ -134,3 +136,22 @@ def test_error_in_corpus_batches_reaches_the_caller_unchanged(fake_target: str) 
         assert client.corpus_perplexity("m", iter([["a"], ["b", "c"]])).text_count == 3
         with pytest.raises(ValueError, match="reading the corpus failed"):
             client.corpus_perplexity("m", batches())
+
+
+def test_async_client_maps_errors_the_same_way(fake_target: str) -> None:
+    async def batches() -> AsyncIterator[list[str]]:
+        yield ["a"]
+        raise ValueError("async corpus failed")
+
+    async def main() -> None:
+        async with AsyncLmServeClient(fake_target, timeout=5) as client:
+            with pytest.raises(ModelNotFoundError) as info:
+                await client.score("NOT_FOUND", ["a"])
+            assert info.value.message == "server says not_found"
+            with pytest.raises(DeadlineExceededError):
+                await client.score("slow", ["a"], timeout=0.05)
+            with pytest.raises(ValueError, match="async corpus failed"):
+                await client.corpus_perplexity("m", batches())
+            assert (await client.corpus_perplexity("m", [["a", "b"], ["c"]])).text_count == 3
+
+    asyncio.run(main())

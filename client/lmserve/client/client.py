@@ -6,6 +6,7 @@ of `types.py`, failures raised as the exceptions of `errors.py`. Log-probabiliti
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -351,6 +352,11 @@ class AsyncLmServeClient:
             if error:
                 raise error[0] from None
             raise from_rpc_error(exc) from None
+        except asyncio.CancelledError:
+            # gRPC cancels the call when the request iterator fails: report the cause instead.
+            if error:
+                raise error[0] from None
+            raise
         if error:
             raise error[0]
         return PerplexityStats.from_proto(resp.stats)
