@@ -145,12 +145,16 @@ def _parse_section(
     arr = np.frombuffer(block, dtype=np.uint8)
     newline = arr == 0x0A
     space = _SPACE[arr] | newline
-    # A field starts at a non-space byte that follows a space (or the block start).
+    # A field starts at a non-space byte that follows a space (or the block start); the fields
+    # of a line are a segmented sum of those starts between newlines.
     starts = ~space
     starts[1:] &= space[:-1]
-    line_of_byte = np.cumsum(newline)
-    n_lines = int(line_of_byte[-1]) + 1 if len(arr) else 0
-    fields = np.bincount(line_of_byte[starts], minlength=n_lines)
+    line_begin = np.concatenate([[0], np.flatnonzero(newline) + 1])
+    line_begin = line_begin[line_begin < len(arr)]
+    n_lines = len(line_begin)
+    fields = (
+        np.add.reduceat(starts, line_begin, dtype=np.int64) if n_lines else np.zeros(0, np.int64)
+    )
     nonblank = np.flatnonzero(fields)
     lines = nonblank.astype(np.int64) + first_line
     fields = fields[nonblank]
@@ -169,9 +173,17 @@ def _parse_section(
     tokens = block.split()
     first = np.zeros(count, dtype=np.int64)
     np.cumsum(fields[:-1], out=first[1:])
+    # lmplz writes every line of a section with the same number of fields: then a column is a
+    # plain slice of the token list, much cheaper than gathering by index.
+    stride = int(fields[0]) if count and (fields == fields[0]).all() else 0
+
+    def column(at: npt.NDArray[np.int64]) -> Sequence[bytes]:
+        if stride and len(at) == count:
+            return tokens[int(at[0]) :: stride]
+        return _gather(tokens, at)
 
     def floats(at: npt.NDArray[np.int64], which: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        got = _gather(tokens, at)
+        got = column(at)
         try:
             return np.fromiter(map(float, got), dtype=np.float64, count=len(at))
         except ValueError:
@@ -194,7 +206,7 @@ def _parse_section(
 
     words = np.empty((count, n), dtype=np.int32)
     if n == 1:
-        raw = _gather(tokens, first + 1)
+        raw = column(first + 1)
         for i, word in enumerate(raw):
             if word in index:
                 raise raise_at(int(lines[i]), f"duplicate unigram {word[:40]!r}")
@@ -206,7 +218,7 @@ def _parse_section(
         words[:, 0] = np.arange(count, dtype=np.int32)
     else:
         for j in range(n):
-            raw = _gather(tokens, first + 1 + j)
+            raw = column(first + 1 + j)
             ids = np.fromiter(map(index.get, raw, repeat(-1)), dtype=np.int32, count=count)
             if (ids < 0).any():
                 bad = int(np.argmin(ids))

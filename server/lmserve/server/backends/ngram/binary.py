@@ -4,13 +4,13 @@ Like KenLM's binary format (`lm/binary_format.cc`) it is the in-memory layout wr
 so loading is an `mmap` plus a header check, a few milliseconds for any size of model.
 
     offset 0   magic b"LMSNGRAM", u32 version, u32 header length, u32 crc32 of the header, u32 0
-    offset 24  the header: UTF-8 JSON {order, counts, n_home, file_size, arrays: [{name, dtype,
+    offset 24  the header: UTF-8 JSON {order, counts, max_bucket, file_size, arrays: [{name, dtype,
                shape, offset, nbytes, crc32}]}
     then       each array, little-endian, starting at a multiple of 64 bytes
 
 Arrays: `vocab` (the words, UTF-8, joined by newlines: ARPA words never hold whitespace),
 `prob.k`, `word.k`, and for k < N `backoff.k`, `child.k`; for k >= 2 the hash table `slot_key.k`,
-`slot_val.k`. Per-array crc32s are checked only when asked (`verify=True`): the registry already
+`slot_val.k`, `bucket.k` (see `hashing.py`). Per-array crc32s are checked only when asked (`verify=True`): the registry already
 checks the file's sha256 against the manifest.
 """
 
@@ -49,6 +49,7 @@ def _named_arrays(a: NgramArrays) -> list[tuple[str, np.ndarray[Any, Any]]]:
         if table is not None:
             out.append((f"slot_key.{k}", table.keys))
             out.append((f"slot_val.{k}", table.vals))
+            out.append((f"bucket.{k}", table.bucket_start))
     return out
 
 
@@ -63,7 +64,7 @@ def save_arrays(a: NgramArrays, path: Path) -> None:
     header: dict[str, Any] = {
         "order": a.order,
         "counts": a.counts,
-        "n_home": [t.n_home if t is not None else 0 for t in a.tables],
+        "max_bucket": [t.max_bucket if t is not None else 0 for t in a.tables],
         "arrays": entries,
     }
     # The header's length depends on the offsets in it: lay out with a generous fixed budget.
@@ -151,7 +152,12 @@ def _assemble(header: dict[str, Any], arrays: dict[str, npt.NDArray[Any]], where
     tables: list[HashTable | None] = [None]
     for k in range(2, order + 1):
         tables.append(
-            HashTable(arrays[f"slot_key.{k}"], arrays[f"slot_val.{k}"], header["n_home"][k - 1])
+            HashTable(
+                arrays[f"slot_key.{k}"],
+                arrays[f"slot_val.{k}"],
+                arrays[f"bucket.{k}"],
+                int(header["max_bucket"][k - 1]),
+            )
         )
     # Cheap consistency checks, so that a damaged file fails here and not inside a lookup.
     if len(probs[0]) != len(vocab):
@@ -167,7 +173,10 @@ def _assemble(header: dict[str, Any], arrays: dict[str, npt.NDArray[Any]], where
         assert table is not None
         if len(words[k - 1]) != len(probs[k - 1]) or len(table.keys) != len(table.vals):
             raise ModelLoadError(where, f"order {k} arrays differ in length")
-        if not 0 < table.n_home < len(table.keys):
+        starts = table.bucket_start
+        if len(table.keys) != len(probs[k - 1]) + max(table.max_bucket, 1) or int(starts[0]):
+            raise ModelLoadError(where, f"order {k} hash table is inconsistent")
+        if int(starts[-1]) != len(probs[k - 1]) or len(starts) < 2:
             raise ModelLoadError(where, f"order {k} hash table is inconsistent")
     return NgramArrays(
         vocab=vocab,
