@@ -193,7 +193,7 @@ def bench_server(
     from lmserve.client.client import _scores
 
     chunks = batches(lines, BATCH)
-    passes = 2 if quick() else 5
+    passes = 2 if quick() else 10
     results: list[dict[str, Any]] = []
     with ServerProcess(repository) as server, LmServeClient(server.target) as client:
         client.wait_for_ready(60)
