@@ -90,7 +90,7 @@ def parse_arpa(data: bytes, name: str = "<arpa>") -> ArpaModel:
     while (text := next_line()) is not None and text != b"\\data\\":
         pass
     if text is None:
-        raise fail(line_no, "no \\data\\ section")
+        raise fail(1, f"no \\data\\ section in {line_no} lines")
     counts: list[int] = []
     while (text := next_line()) is not None and not text.startswith(b"\\"):
         if not text:
