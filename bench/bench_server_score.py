@@ -13,6 +13,7 @@ import argparse
 import math
 import multiprocessing as mp
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from common import (
     read_lines,
     record,
     repeat,
+    timed,
 )
 from server_process import ServerProcess
 
@@ -204,20 +206,39 @@ def bench_server(
                 for chunk in chunks:
                     client.score(model, chunk)
 
-        cpu0 = server.cpu_seconds()
-        seconds = repeat(one_client, runs)
-        server_cpu = (server.cpu_seconds() - cpu0) / (runs + 1)
+        # What the client library costs: the same loop on the raw stub with prebuilt requests.
+        # The two loops alternate run by run so that drifting load on the machine hits both.
+        requests = [req.score_request(model, c, True, True, False) for c in chunks]
+        stub = client.stub
+
+        def raw_stub() -> None:
+            for _ in range(passes):
+                for request in requests:
+                    stub.Score(request, timeout=60)
+
+        one_client()
+        raw_stub()
+        seconds: list[float] = []
+        raw_seconds: list[float] = []
+        server_cpu: list[float] = []
+        for _ in range(runs):
+            cpu0 = server.cpu_seconds()
+            seconds.append(timed(one_client))
+            server_cpu.append(server.cpu_seconds() - cpu0)
+            raw_seconds.append(timed(raw_stub))
         total = words * passes
-        rec = rate_record(
-            "server_score_1client_words_per_s",
-            "words/s",
-            total,
-            seconds,
-            batch_size=BATCH,
-            server_cpu_seconds_per_run=round(server_cpu, 3),
-            client_seconds_per_run=round(sorted(seconds)[len(seconds) // 2], 3),
+        results.append(
+            rate_record(
+                "server_score_1client_words_per_s",
+                "words/s",
+                total,
+                seconds,
+                batch_size=BATCH,
+                words_per_run=total,
+                server_cpu_seconds_per_run=round(statistics.median(server_cpu), 3),
+                client_wall_seconds_per_run=round(statistics.median(seconds), 3),
+            )
         )
-        results.append(rec)
         sentences = len(lines) * passes
         results.append(
             rate_record("server_score_1client_sentences_per_s", "sentences/s", sentences, seconds)
@@ -230,26 +251,16 @@ def bench_server(
                 note="server words/s (1 client) / KenLM in-process words/s (median)",
             )
         )
-
-        # What the client library costs: the same loop on the raw stub with prebuilt requests,
-        # and the client's own request building + result conversion without any network.
-        requests = [req.score_request(model, c, True, True, False) for c in chunks]
-        stub = client.stub
-
-        def raw_stub() -> None:
-            for _ in range(passes):
-                for request in requests:
-                    stub.Score(request, timeout=60)
-
         results.append(
             rate_record(
                 "server_score_1client_raw_stub_words_per_s",
                 "words/s",
                 total,
-                repeat(raw_stub, runs),
+                raw_seconds,
                 note="prebuilt ScoreRequests on the generated stub: no client-library work",
             )
         )
+        # The client's own request building + result conversion, without any network.
         canned = stub.Score(requests[0], timeout=60)
         reps = 200
 

@@ -72,7 +72,7 @@ def record(name: str, unit: str, runs: Sequence[float], **extra: Any) -> dict[st
         "name": name,
         "unit": unit,
         "median": statistics.median(runs),
-        "runs": [round(r, 6) for r in runs],
+        "runs": [float(f"{r:.6g}") for r in runs],
         **extra,
     }
 

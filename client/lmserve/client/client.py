@@ -42,7 +42,8 @@ def _scores(resp: pb.ScoreResponse, with_tokens: bool) -> list[TextScore]:
     if with_tokens:
         return [TextScore.from_proto(r, True) for r in resp.results]
     # The common rescoring path: totals only, no per-token work.
-    return [TextScore(r.log_prob, r.token_count, r.oov_count) for r in resp.results]
+    totals = TextScore.totals
+    return [totals(r.log_prob, r.token_count, r.oov_count) for r in resp.results]
 
 
 class _CapturingIterator:

@@ -35,7 +35,7 @@ class TokenScore:
     """N-gram models: length of the longest matching n-gram; None for neural models."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TextScore:
     """The score of one text.
 
@@ -51,9 +51,22 @@ class TextScore:
     """Per-token details; present only when `return_tokens=True` was asked."""
 
     @classmethod
+    def totals(cls, log_prob: float, token_count: int, oov_count: int) -> TextScore:
+        """The same as `TextScore(log_prob, token_count, oov_count)`, about twice as fast: it fills
+        the instance dict directly instead of calling `object.__setattr__` per field as a frozen
+        dataclass's `__init__` does. Rescoring builds one per text, so this is the hot path."""
+        obj = object.__new__(cls)
+        fields = obj.__dict__
+        fields["log_prob"] = log_prob
+        fields["token_count"] = token_count
+        fields["oov_count"] = oov_count
+        fields["tokens"] = None
+        return obj
+
+    @classmethod
     def from_proto(cls, msg: pb.TextScore, with_tokens: bool) -> TextScore:
         if not with_tokens:
-            return cls(msg.log_prob, msg.token_count, msg.oov_count)
+            return cls.totals(msg.log_prob, msg.token_count, msg.oov_count)
         d = msg.details
         lengths: list[int | None] = list(d.ngram_lengths) or [None] * len(d.tokens)
         tokens = tuple(
