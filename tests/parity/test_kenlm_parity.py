@@ -106,7 +106,9 @@ def test_random_sentences_against_kenlm_module(kjv3: NgramModel) -> None:
     texts = []
     for _ in range(300):
         n = rng.randrange(0, 25)
-        texts.append([rng.choice(extra) if rng.random() < 0.08 else rng.choice(words) for _ in range(n)])
+        texts.append(
+            [rng.choice(extra) if rng.random() < 0.08 else rng.choice(words) for _ in range(n)]
+        )
     # Real verses too, cut at random points, so that long n-gram matches occur.
     verses = (KJV / "test.txt").read_text().splitlines()
     texts += [v.split()[: rng.randrange(1, 30)] for v in rng.sample(verses, 100)]
@@ -123,8 +125,15 @@ def test_random_sentences_against_kenlm_module(kjv3: NgramModel) -> None:
 
 @pytest.mark.parametrize(
     ("context", "bos"),
-    [([], True), ([], False), (["in", "the"], True), (["and", "the", "lord", "said"], True),
-     (["qwertz", "of"], True), (["the", "zebra"], False), (["unto", "moses"], False)],
+    [
+        ([], True),
+        ([], False),
+        (["in", "the"], True),
+        (["and", "the", "lord", "said"], True),
+        (["qwertz", "of"], True),
+        (["the", "zebra"], False),
+        (["unto", "moses"], False),
+    ],
 )
 def test_next_token_distribution(kjv3: NgramModel, context: list[str], bos: bool) -> None:
     vocab = kjv3.vocab

@@ -43,9 +43,7 @@ def test_round_trip_scores_identically(arpa: Path, tmp_path: Path) -> None:
             assert a.token_log_probs is not None and b.token_log_probs is not None
             assert a.token_log_probs.tolist() == b.token_log_probs.tolist()
     ids = [model.vocab.index["a"], model.vocab.index["b"]]
-    np.testing.assert_array_equal(
-        model.next_token_log_probs(ids), loaded.next_token_log_probs(ids)
-    )
+    np.testing.assert_array_equal(model.next_token_log_probs(ids), loaded.next_token_log_probs(ids))
 
 
 def test_arrays_are_aligned_and_mapped(tmp_path: Path) -> None:

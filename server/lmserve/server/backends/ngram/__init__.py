@@ -1,7 +1,7 @@
 """The n-gram backend: ARPA reading, the memory-mapped binary format and KenLM-exact scoring.
 
-    model = NgramModel.from_arpa("kjv.5gram.arpa.gz")   # or NgramModel.load("model.lmbin")
-    model.score(encode_token_lists([["in", "the", "beginning"]], model.vocab)).totals
+model = NgramModel.from_arpa("kjv.5gram.arpa.gz")   # or NgramModel.load("model.lmbin")
+model.score(encode_token_lists([["in", "the", "beginning"]], model.vocab)).totals
 """
 
 from lmserve.server.backends.ngram.folder import write_model_folder

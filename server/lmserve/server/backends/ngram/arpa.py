@@ -117,9 +117,7 @@ def parse_arpa(data: bytes, name: str = "<arpa>") -> ArpaModel:
         end = data.find(b"\n\\", start - 1)
         end = len(data) if end < 0 else end + 1
         block = data[start:end]
-        order = _parse_section(
-            block, n, count, n < len(counts), first_line, index, vocab, fail
-        )
+        order = _parse_section(block, n, count, n < len(counts), first_line, index, vocab, fail)
         orders.append(order)
         line_no += block.count(b"\n")
         pos = end
@@ -160,9 +158,7 @@ def _parse_section(
     fields = fields[nonblank]
     if len(fields) != count:
         where = int(lines[count]) if len(fields) > count else first_line + n_lines - 1
-        raise raise_at(
-            where, f"\\data\\ declares {count} {n}-grams, the section has {len(fields)}"
-        )
+        raise raise_at(where, f"\\data\\ declares {count} {n}-grams, the section has {len(fields)}")
     allowed = (fields == n + 1) | ((fields == n + 2) & has_backoff)
     if not allowed.all():
         bad = int(np.argmin(allowed))
@@ -222,9 +218,7 @@ def _parse_section(
             ids = np.fromiter(map(index.get, raw, repeat(-1)), dtype=np.int32, count=count)
             if (ids < 0).any():
                 bad = int(np.argmin(ids))
-                raise raise_at(
-                    int(lines[bad]), f"word {raw[bad][:40]!r} is not among the unigrams"
-                )
+                raise raise_at(int(lines[bad]), f"word {raw[bad][:40]!r} is not among the unigrams")
             words[:, j] = ids
     return ArpaOrder(words=words, log10_prob=log10_prob, log10_backoff=log10_backoff, lines=lines)
 

@@ -10,8 +10,8 @@ so loading is an `mmap` plus a header check, a few milliseconds for any size of 
 
 Arrays: `vocab` (the words, UTF-8, joined by newlines: ARPA words never hold whitespace),
 `prob.k`, `word.k`, and for k < N `backoff.k`, `child.k`; for k >= 2 the hash table `slot_key.k`,
-`slot_val.k`, `bucket.k` (see `hashing.py`). Per-array crc32s are checked only when asked (`verify=True`): the registry already
-checks the file's sha256 against the manifest.
+`slot_val.k`, `bucket.k` (see `hashing.py`). Per-array crc32s are checked only when asked
+(`verify=True`): the registry already checks the file's sha256 against the manifest.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def save_arrays(a: NgramArrays, path: Path) -> None:
                 "shape": list(arr.shape),
                 "offset": offset,
                 "nbytes": arr.nbytes,
-                "crc32": zlib.crc32(memoryview(arr).cast("B")),
+                "crc32": zlib.crc32(arr.data.cast("B")),
             }
         )
         offset = _align(offset + arr.nbytes)
@@ -134,12 +134,14 @@ def _view(buf: mmap.mmap, entry: dict[str, Any], where: str, verify: bool) -> np
     dtype = np.dtype(entry["dtype"])
     shape = tuple(int(s) for s in entry["shape"])
     arr = np.frombuffer(buf, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
-    if verify and zlib.crc32(memoryview(arr).cast("B")) != entry["crc32"]:
+    if verify and zlib.crc32(arr.data.cast("B")) != entry["crc32"]:
         raise ModelLoadError(where, f"array {entry['name']} is corrupt (crc32 mismatch)")
     return arr.reshape(shape)
 
 
-def _assemble(header: dict[str, Any], arrays: dict[str, npt.NDArray[Any]], where: str) -> NgramArrays:
+def _assemble(
+    header: dict[str, Any], arrays: dict[str, npt.NDArray[Any]], where: str
+) -> NgramArrays:
     order = int(header["order"])
     counts = [int(c) for c in header["counts"]]
     if order < 1 or len(counts) != order:

@@ -91,8 +91,7 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         log10_backoff = np.append(log10_backoff, 0.0)
     n_order = len(arpa.orders)
     rows = [
-        _Rows(o.words, o.log10_prob, o.log10_backoff, o.lines.astype(np.int64))
-        for o in arpa.orders
+        _Rows(o.words, o.log10_prob, o.log10_backoff, o.lines.astype(np.int64)) for o in arpa.orders
     ]
     uni_lines = np.full(len(vocab), -1, dtype=np.int64)
     uni_lines[: len(uni.lines)] = uni.lines
@@ -113,7 +112,7 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         for j in range(2, k):
             table = tables[j - 1]
             assert table is not None
-            prefix = table.lookup(make_keys(prefix, cur.words[:, j - 1]))
+            prefix = table.lookup(make_keys(prefix, cur.words[:, j - 1])).astype(np.int64)
             gone = prefix < 0
             if gone.any():
                 rows[j - 1].extend(_unique_rows(cur.words[gone, :j]))
@@ -125,7 +124,9 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         if k >= 3:
             below = tables[k - 2]
             assert below is not None
-            suffix_idx = below.lookup(make_keys(suffix[k - 2][prefix], cur.words[:, -1]))
+            suffix_idx = below.lookup(make_keys(suffix[k - 2][prefix], cur.words[:, -1])).astype(
+                np.int64
+            )
             gone = suffix_idx < 0
             if gone.any():
                 rows[k - 2].extend(_unique_rows(cur.words[gone, 1:]))

@@ -69,18 +69,19 @@ class HashTable:
         slot_vals = np.concatenate([order.astype(np.int32), np.full(pad, -1, dtype=np.int32)])
         return cls(slot_keys, slot_vals, bucket_start, max_bucket)
 
-    def lookup(self, keys: U64) -> I64:
+    def lookup(self, keys: U64) -> I32:
         """Values for `keys`, -1 where a key is absent."""
         if len(keys) == 0:
-            return np.full(0, -1, dtype=np.int64)
+            return np.full(0, -1, dtype=np.int32)
         bucket = home_buckets(keys, self._n_buckets)
         lo = self.bucket_start[bucket]
         # Round 1: each key against its bucket's first slot. No bounds or bucket checks are
         # needed: a slot of another bucket never holds an equal key, and the end is padded.
-        hit = self.keys[lo] == keys
-        out = np.where(hit, self.vals[lo], -1).astype(np.int64, copy=False)
-        size = self.bucket_start[bucket + 1] - lo
-        rest = np.flatnonzero(~hit & (size > 1))
+        miss = self.keys[lo] != keys
+        out = self.vals[lo]
+        out[miss] = -1
+        bucket += 1
+        rest = np.flatnonzero(miss & (self.bucket_start[bucket] - lo > 1))
         if len(rest):  # Round 2: the rest of the few crowded buckets, in one 2-D gather.
             slot = lo[rest, None] + np.arange(1, self.max_bucket, dtype=np.int64)
             match = self.keys[slot] == keys[rest, None]

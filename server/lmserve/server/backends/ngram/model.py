@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -47,9 +48,7 @@ class NgramModel:
         self._vocab = Vocabulary.from_words(arrays.vocab, unk=UNK, bos=BOS, eos=EOS)
         # float64 copies of the small unigram arrays: gathered for every token.
         self._uni_prob = arrays.probs[0].astype(np.float64)
-        self._uni_backoff = (
-            arrays.backoffs[0].astype(np.float64) if self.order > 1 else np.zeros(0)
-        )
+        self._uni_backoff = arrays.backoffs[0].astype(np.float64) if self.order > 1 else np.zeros(0)
         self._tables: list[HashTable] = [t for t in arrays.tables[1:] if t is not None]
 
     # -- construction -------------------------------------------------------------------------
@@ -154,7 +153,7 @@ class NgramModel:
         first[ext_offsets[:-1][ext_offsets[:-1] < len(tokens)]] = True
         # Positions whose previous token is in the same text, and that previous token's entry.
         pos = np.flatnonzero(~first[1:]) + 1
-        prev = tokens[pos - 1]
+        prev: npt.NDArray[np.integer[Any]] = tokens[pos - 1]
         for k in range(2, n_order + 1):
             entry = self._tables[k - 2].lookup(make_keys(prev, tokens[pos]))
             hit = entry >= 0
