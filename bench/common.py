@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -99,5 +99,8 @@ def count_words(lines: Sequence[str], eos: bool = True) -> int:
     return sum(len(line.split()) for line in lines) + (len(lines) if eos else 0)
 
 
-def batches(items: Sequence[str], size: int) -> list[list[str]]:
+T = TypeVar("T")
+
+
+def batches(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
