@@ -11,7 +11,7 @@ KJV := export/lmserve/export/corpora/kjv
 
 .PHONY: install serve test check lint proto models bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml hatch_build.py $(wildcard server/lmserve/server/*/*.c server/lmserve/server/*/*/*.c server/lmserve/server/*/*/*/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
 	touch $(STAMP)

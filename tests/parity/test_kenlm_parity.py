@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.build import NgramArrays
 from lmserve.server.text.word import encode_token_lists
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +58,9 @@ def kjv5_models(tmp_path_factory: pytest.TempPathFactory) -> list[NgramModel]:
     from_arpa = NgramModel.from_arpa(KJV / "kenlm" / "kjv.5gram.arpa.gz")
     binary = tmp_path_factory.mktemp("kjv5") / "kjv5.lmbin"
     from_arpa.save(binary)
-    return [from_arpa, NgramModel.load(binary)]
+    # The C kernel (the default) on both, and the numpy reference path.
+    numpy_path = NgramModel(from_arpa.arrays, kernel="numpy")
+    return [from_arpa, NgramModel.load(binary), numpy_path]
 
 
 def test_kjv5_reference_totals(kjv5_models: list[NgramModel]) -> None:
@@ -93,8 +96,13 @@ def test_kjv5_perplexity(kjv5_models: list[NgramModel]) -> None:
 
 
 @pytest.fixture(scope="module")
-def kjv3() -> NgramModel:
-    return NgramModel.from_arpa(KJV / "kenlm" / "kjv.3gram.arpa")
+def kjv3_arrays() -> NgramArrays:
+    return NgramModel.from_arpa(KJV / "kenlm" / "kjv.3gram.arpa").arrays
+
+
+@pytest.fixture(scope="module", params=["c", "numpy"])
+def kjv3(kjv3_arrays: NgramArrays, request: pytest.FixtureRequest) -> NgramModel:
+    return NgramModel(kjv3_arrays, kernel=request.param)
 
 
 def test_random_sentences_against_kenlm_module(kjv3: NgramModel) -> None:

@@ -16,13 +16,16 @@ Scoring is vectorised over the whole flattened batch, with no Python loop per wo
 3. The backoff part at token i is (sum of backoffs of all contexts found at i-1) minus (those
    at i-1 that token i extended), accumulated in float64 during the same loop.
 4. Totals are a segmented sum over the texts' offsets.
+
+The same computation runs in C (`_kernel.c`, sequentially per text with KenLM's state) when the
+extension is built, which is the default; `kernel="numpy"` keeps this numpy path, the reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +34,19 @@ from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, 
 from lmserve.server.backends.ngram.arpa import read_arpa
 from lmserve.server.backends.ngram.build import BOS, EOS, UNK, NgramArrays, build_arrays
 from lmserve.server.backends.ngram.hashing import HashTable, make_keys
+
+try:
+    from lmserve.server.backends.ngram import _kernel
+except ImportError:  # not compiled (e.g. a source checkout without `make install`)
+    _kernel = None  # type: ignore[assignment]
+
+Kernel = Literal["c", "numpy"]
+# The C kernel when it is importable; NgramModel(kernel=...) overrides per model.
+DEFAULT_KERNEL: Kernel = "c" if _kernel is not None else "numpy"
+
+
+def c_kernel_available() -> bool:
+    return _kernel is not None
 
 
 class NgramModel:
@@ -42,7 +58,7 @@ class NgramModel:
     array([-9.02...])
     """
 
-    def __init__(self, arrays: NgramArrays) -> None:
+    def __init__(self, arrays: NgramArrays, *, kernel: Kernel | None = None) -> None:
         self._a = arrays
         self.order: int = arrays.order
         self._vocab = Vocabulary.from_words(arrays.vocab, unk=UNK, bos=BOS, eos=EOS)
@@ -50,12 +66,30 @@ class NgramModel:
         self._uni_prob = arrays.probs[0].astype(np.float64)
         self._uni_backoff = arrays.backoffs[0].astype(np.float64) if self.order > 1 else np.zeros(0)
         self._tables: list[HashTable] = [t for t in arrays.tables[1:] if t is not None]
+        self._c: _kernel.Scorer | None = None
+        self.kernel: Kernel = kernel or DEFAULT_KERNEL
+        if self.kernel == "c":
+            if _kernel is None:
+                raise RuntimeError("the C kernel is not built: run `make install`")
+            self._c = _kernel.Scorer(
+                self._uni_prob,
+                self._uni_backoff if self.order > 1 else np.zeros(len(self._uni_prob)),
+                tuple(arrays.probs[1:]),
+                tuple(arrays.backoffs[1:]),
+                tuple(t.keys for t in self._tables),
+                tuple(t.vals for t in self._tables),
+                tuple(t.bucket_start for t in self._tables),
+                self._vocab.bos_id,
+                self._vocab.eos_id,
+            )
+        elif self.kernel != "numpy":
+            raise ValueError(f"kernel must be 'c' or 'numpy', not {kernel!r}")
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def from_arpa(cls, path: str | Path) -> NgramModel:
+    def from_arpa(cls, path: str | Path, *, kernel: Kernel | None = None) -> NgramModel:
         """Reads an ARPA file (plain or gzipped, any order)."""
-        return cls(build_arrays(read_arpa(path), str(path)))
+        return cls(build_arrays(read_arpa(path), str(path)), kernel=kernel)
 
     def save(self, path: str | Path) -> None:
         """Writes the memory-mappable binary file (see `binary.py`)."""
@@ -64,11 +98,11 @@ class NgramModel:
         save_arrays(self._a, Path(path))
 
     @classmethod
-    def load(cls, path: str | Path) -> NgramModel:
+    def load(cls, path: str | Path, *, kernel: Kernel | None = None) -> NgramModel:
         """Memory-maps a file written by `save`; raises ModelLoadError if it is not one."""
         from lmserve.server.backends.ngram.binary import load_arrays
 
-        return cls(load_arrays(Path(path)))
+        return cls(load_arrays(Path(path)), kernel=kernel)
 
     # -- facts --------------------------------------------------------------------------------
     @property
@@ -88,6 +122,8 @@ class NgramModel:
         self, batch: EncodedBatch, *, bos: bool = True, eos: bool = True, per_token: bool = False
     ) -> BatchScores:
         """log P(text [+ </s>] | <s> or empty context) in nats per text, as KenLM's score."""
+        if self._c is not None:
+            return self._score_c(batch, bos=bos, eos=eos, per_token=per_token)
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         n_texts = len(offsets) - 1
         lengths = np.diff(offsets)
@@ -112,6 +148,30 @@ class NgramModel:
             token_log_probs=log_probs[keep],
             token_offsets=token_offsets,
             ngram_lengths=matched[keep].astype(np.int32),
+        )
+
+    def _score_c(
+        self, batch: EncodedBatch, *, bos: bool, eos: bool, per_token: bool
+    ) -> BatchScores:
+        """`score` through the C kernel: one call, outputs allocated here."""
+        assert self._c is not None
+        ids = np.ascontiguousarray(batch.ids, dtype=np.int32)
+        offsets = np.ascontiguousarray(batch.offsets, dtype=np.int64)
+        n_texts = len(offsets) - 1
+        totals = np.empty(n_texts, dtype=np.float64)
+        if not per_token:
+            self._c.score(ids, offsets, bos, eos, totals)
+            return BatchScores(totals=totals)
+        n_out = len(ids) + (n_texts if eos else 0)
+        log_probs = np.empty(n_out, dtype=np.float64)
+        lengths = np.empty(n_out, dtype=np.int32)
+        self._c.score(ids, offsets, bos, eos, totals, log_probs, lengths)
+        token_offsets = offsets + np.arange(n_texts + 1, dtype=np.int64) * int(eos)
+        return BatchScores(
+            totals=totals,
+            token_log_probs=log_probs,
+            token_offsets=token_offsets,
+            ngram_lengths=lengths,
         )
 
     def _layout(

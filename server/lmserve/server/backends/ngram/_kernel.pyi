@@ -1,0 +1,32 @@
+"""Type stub for the C extension `_kernel.c` (the n-gram scoring loop)."""
+
+from typing import Any
+
+# Any object with the buffer protocol (numpy arrays, memory maps) of the right item type.
+Buffer = Any
+
+class Scorer:
+    order: int
+    def __init__(
+        self,
+        uni_prob: Buffer,
+        uni_backoff: Buffer,
+        probs: tuple[Buffer, ...],
+        backoffs: tuple[Buffer, ...],
+        keys: tuple[Buffer, ...],
+        vals: tuple[Buffer, ...],
+        bucket_start: tuple[Buffer, ...],
+        bos_id: int,
+        eos_id: int,
+    ) -> None: ...
+    def score(
+        self,
+        ids: Buffer,
+        offsets: Buffer,
+        bos: bool,
+        eos: bool,
+        totals: Buffer,
+        log_probs: Buffer | None = None,
+        lengths: Buffer | None = None,
+        /,
+    ) -> None: ...

@@ -1,0 +1,353 @@
+/*
+ * lmserve.server.text._wordindex: split texts into words and map them to vocabulary ids in C.
+ *
+ * `WordIndex(words, unk_id)` builds an open-addressing hash table (linear probing, load <= 1/2)
+ * over the UTF-8 bytes of the vocabulary's words; `encode(texts)` splits every text on KenLM's
+ * whitespace (util::kSpaces: ASCII space, \t, \n, \v, \f, \r; nothing else, no Unicode spaces),
+ * looks each word up and returns three bytearrays for np.frombuffer:
+ *
+ *     ids      int32 per word (unknown words get unk_id)
+ *     offsets  int64 per text + 1: text i is ids[offsets[i]:offsets[i+1]]
+ *     oov      uint8 per word: 1 for unknown words and for the literal unknown-word token
+ *              (KenLM counts `<unk>` in the text as an OOV too)
+ *
+ * Strings are read through PyUnicode_AsUTF8AndSize (zero-copy for ASCII strings); the GIL is
+ * released while splitting and hashing, over a private tuple of the texts so that nothing the
+ * loop reads can be freed meanwhile.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* KenLM's util::kSpaces (util/string_piece / tokenize): the ASCII whitespace bytes. */
+static unsigned char kSpace[256];
+
+static void
+init_spaces(void)
+{
+    kSpace[(unsigned char)' '] = 1;
+    kSpace[(unsigned char)'\t'] = 1;
+    kSpace[(unsigned char)'\n'] = 1;
+    kSpace[(unsigned char)'\v'] = 1;
+    kSpace[(unsigned char)'\f'] = 1;
+    kSpace[(unsigned char)'\r'] = 1;
+}
+
+/* A 64-bit hash of a byte string: 8 bytes at a time, multiply-xorshift mixing (in the spirit of
+ * wyhash/murmur finalisers). Any decent hash works: a hit is confirmed by comparing the bytes. */
+static inline uint64_t
+hash_bytes(const char *p, size_t n)
+{
+    const uint64_t m = 0x9E3779B97F4A7C15ULL;
+    uint64_t h = 0xCBF29CE484222325ULL ^ (n * m);
+    while (n >= 8) {
+        uint64_t chunk;
+        memcpy(&chunk, p, 8);
+        h = (h ^ chunk) * m;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    if (n) {
+        uint64_t chunk = 0;
+        memcpy(&chunk, p, n);
+        h = (h ^ chunk) * m;
+        h ^= h >> 29;
+    }
+    h *= 0xBF58476D1CE4E5B9ULL;
+    h ^= h >> 32;
+    return h;
+}
+
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t start; /* offset of the word in the byte pool; -1 for an empty slot */
+    Py_ssize_t len;
+    int32_t id;
+} Slot;
+
+typedef struct {
+    PyObject_HEAD
+    Slot *slots;
+    size_t mask; /* capacity - 1 (capacity a power of two) */
+    char *pool;  /* every word's UTF-8 bytes, back to back */
+    Py_ssize_t n_words;
+    int32_t unk_id;
+} WordIndexObject;
+
+/* The id of the word p[0:n], or -1. */
+static inline int32_t
+find(const WordIndexObject *self, const char *p, Py_ssize_t n, uint64_t h)
+{
+    size_t i = (size_t)h & self->mask;
+    for (;;) {
+        const Slot *s = &self->slots[i];
+        if (s->start < 0) {
+            return -1;
+        }
+        if (s->hash == h && s->len == n && memcmp(self->pool + s->start, p, (size_t)n) == 0) {
+            return s->id;
+        }
+        i = (i + 1) & self->mask;
+    }
+}
+
+static void
+WordIndex_dealloc(WordIndexObject *self)
+{
+    PyMem_Free(self->slots);
+    PyMem_Free(self->pool);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+WordIndex_init(WordIndexObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"words", "unk_id", NULL};
+    PyObject *words_obj;
+    int unk_id;
+    if (self->slots) {
+        PyErr_SetString(PyExc_RuntimeError, "WordIndex is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oi", kwlist, &words_obj, &unk_id)) {
+        return -1;
+    }
+    PyObject *words = PySequence_Tuple(words_obj);
+    if (!words) {
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(words);
+    int ok = 0;
+    if (n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "too many words");
+        goto done;
+    }
+    if (unk_id < 0 || unk_id >= n) {
+        PyErr_SetString(PyExc_ValueError, "unk_id is not a word's id");
+        goto done;
+    }
+    Py_ssize_t pool_size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *w = PyTuple_GET_ITEM(words, i);
+        if (!PyUnicode_Check(w)) {
+            PyErr_Format(PyExc_TypeError, "words[%zd] must be str, not %.100s", i,
+                         Py_TYPE(w)->tp_name);
+            goto done;
+        }
+        Py_ssize_t len;
+        if (!PyUnicode_AsUTF8AndSize(w, &len)) {
+            goto done;
+        }
+        pool_size += len;
+    }
+    size_t capacity = 16;
+    while (capacity < 2 * (size_t)n) {
+        capacity *= 2;
+    }
+    self->slots = PyMem_Malloc(capacity * sizeof(Slot));
+    self->pool = PyMem_Malloc(pool_size ? (size_t)pool_size : 1);
+    if (!self->slots || !self->pool) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    self->mask = capacity - 1;
+    for (size_t i = 0; i < capacity; i++) {
+        self->slots[i].start = -1;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len;
+        const char *p = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(words, i), &len);
+        uint64_t h = hash_bytes(p, (size_t)len);
+        if (find(self, p, len, h) >= 0) {
+            PyErr_Format(PyExc_ValueError, "words[%zd] is a duplicate", i);
+            goto done;
+        }
+        memcpy(self->pool + at, p, (size_t)len);
+        size_t j = (size_t)h & self->mask;
+        while (self->slots[j].start >= 0) {
+            j = (j + 1) & self->mask;
+        }
+        self->slots[j] = (Slot){.hash = h, .start = at, .len = len, .id = (int32_t)i};
+        at += len;
+    }
+    self->n_words = n;
+    self->unk_id = unk_id;
+    ok = 1;
+done:
+    Py_DECREF(words);
+    if (!ok) {
+        PyMem_Free(self->slots);
+        PyMem_Free(self->pool);
+        self->slots = NULL;
+        self->pool = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    const char *p;
+    Py_ssize_t n;
+} Text;
+
+static PyObject *
+WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
+{
+    if (!self->slots) {
+        PyErr_SetString(PyExc_RuntimeError, "WordIndex is not initialised");
+        return NULL;
+    }
+    /* A private tuple: holds every str alive (and their UTF-8 buffers) while the GIL is off. */
+    PyObject *texts = PySequence_Tuple(texts_obj);
+    if (!texts) {
+        return NULL;
+    }
+    Py_ssize_t n_texts = PyTuple_GET_SIZE(texts);
+    Text *spans = PyMem_Malloc((size_t)(n_texts ? n_texts : 1) * sizeof(Text));
+    PyObject *ids = NULL, *offsets = NULL, *oov = NULL, *result = NULL;
+    if (!spans) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* Words in a text of L bytes: at most (L + 1) / 2 (each needs a byte and a separator). */
+    Py_ssize_t cap = 0;
+    for (Py_ssize_t i = 0; i < n_texts; i++) {
+        PyObject *t = PyTuple_GET_ITEM(texts, i);
+        if (!PyUnicode_Check(t)) {
+            PyErr_Format(PyExc_TypeError, "texts[%zd] must be str, not %.100s", i,
+                         Py_TYPE(t)->tp_name);
+            goto done;
+        }
+        spans[i].p = PyUnicode_AsUTF8AndSize(t, &spans[i].n);
+        if (!spans[i].p) {
+            goto done;
+        }
+        cap += (spans[i].n + 1) / 2;
+    }
+    ids = PyByteArray_FromStringAndSize(NULL, cap * (Py_ssize_t)sizeof(int32_t));
+    oov = PyByteArray_FromStringAndSize(NULL, cap);
+    offsets = PyByteArray_FromStringAndSize(NULL, (n_texts + 1) * (Py_ssize_t)sizeof(int64_t));
+    if (!ids || !oov || !offsets) {
+        goto done;
+    }
+    int32_t *id_out = (int32_t *)PyByteArray_AS_STRING(ids);
+    uint8_t *oov_out = (uint8_t *)PyByteArray_AS_STRING(oov);
+    int64_t *off_out = (int64_t *)PyByteArray_AS_STRING(offsets);
+    Py_ssize_t n_words = 0;
+    const int32_t unk = self->unk_id;
+    Py_BEGIN_ALLOW_THREADS
+    off_out[0] = 0;
+    for (Py_ssize_t i = 0; i < n_texts; i++) {
+        const char *p = spans[i].p, *end = p + spans[i].n;
+        for (;;) {
+            while (p < end && kSpace[(unsigned char)*p]) {
+                p++;
+            }
+            if (p == end) {
+                break;
+            }
+            const char *word = p;
+            while (p < end && !kSpace[(unsigned char)*p]) {
+                p++;
+            }
+            Py_ssize_t len = p - word;
+            int32_t id = find(self, word, len, hash_bytes(word, (size_t)len));
+            if (id < 0) {
+                id = unk;
+            }
+            id_out[n_words] = id;
+            oov_out[n_words] = id == unk;
+            n_words++;
+        }
+        off_out[i + 1] = n_words;
+    }
+    Py_END_ALLOW_THREADS
+    if (PyByteArray_Resize(ids, n_words * (Py_ssize_t)sizeof(int32_t)) < 0 ||
+        PyByteArray_Resize(oov, n_words) < 0) {
+        goto done;
+    }
+    result = PyTuple_Pack(3, ids, offsets, oov);
+done:
+    Py_XDECREF(ids);
+    Py_XDECREF(offsets);
+    Py_XDECREF(oov);
+    PyMem_Free(spans);
+    Py_DECREF(texts);
+    return result;
+}
+
+static Py_ssize_t
+WordIndex_len(WordIndexObject *self)
+{
+    return self->n_words;
+}
+
+static PyObject *
+WordIndex_get_unk_id(WordIndexObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->unk_id);
+}
+
+static PyMethodDef WordIndex_methods[] = {
+    {"encode", (PyCFunction)WordIndex_encode, METH_O,
+     "encode(texts)\n--\n\n"
+     "Splits each str on ASCII whitespace and maps words to ids: returns bytearrays\n"
+     "(ids int32, offsets int64, oov uint8) for np.frombuffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef WordIndex_getset[] = {
+    {"unk_id", (getter)WordIndex_get_unk_id, NULL, "the unknown-word id", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods WordIndex_as_sequence = {
+    .sq_length = (lenfunc)WordIndex_len,
+};
+
+static PyTypeObject WordIndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lmserve.server.text._wordindex.WordIndex",
+    .tp_doc = PyDoc_STR("WordIndex(words, unk_id)\n--\n\n"
+                        "A hash table from the words (str) to their positions."),
+    .tp_basicsize = sizeof(WordIndexObject),
+    .tp_itemsize = 0,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)WordIndex_init,
+    .tp_dealloc = (destructor)WordIndex_dealloc,
+    .tp_methods = WordIndex_methods,
+    .tp_getset = WordIndex_getset,
+    .tp_as_sequence = &WordIndex_as_sequence,
+};
+
+static struct PyModuleDef wordindex_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "lmserve.server.text._wordindex",
+    .m_doc = "Whitespace splitting and word -> id lookup in C (KenLM's whitespace rule).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__wordindex(void)
+{
+    init_spaces();
+    if (PyType_Ready(&WordIndexType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&wordindex_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(m, "WordIndex", (PyObject *)&WordIndexType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
