@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lmserve.server.backends.base import Vocabulary
-from lmserve.server.text.word import WordTokenizer, encode_token_lists
+from lmserve.server.text.word import TextEncoder, WordTokenizer, encode_token_lists
 
 VOCAB = Vocabulary.from_words(["<unk>", "<s>", "</s>", "the", "king's", "house"])
 
@@ -41,3 +41,19 @@ def test_encode_flattens_with_offsets_and_marks_oov() -> None:
 def test_encode_empty_batch() -> None:
     batch = encode_token_lists([], VOCAB)
     assert batch.batch_size == 0 and batch.ids.size == 0
+
+
+def test_default_split_keeps_unicode_spaces_inside_words() -> None:
+    # KenLM splits on ASCII whitespace only; str.split() would also split at these.
+    text = "a\u00a0b\x0bc\x0cd\re\u2003f\u3000g\x1ch"
+    assert WordTokenizer().split(text) == ["a\u00a0b", "c", "d", "e\u2003f\u3000g\x1ch"]
+
+
+def test_text_encoder_matches_tokenizer_and_lookup() -> None:
+    for native in (True, False):
+        encoder = TextEncoder(WordTokenizer(lowercase=True), VOCAB, native=native)
+        batch = encoder.encode_texts(["The  KING'S\thouse", "", "queen's <unk>\u00a0x"])
+        assert batch.ids.tolist() == [3, 4, 5, 0, 0]
+        assert batch.offsets.tolist() == [0, 3, 3, 5]
+        assert batch.oov.tolist() == [False, False, False, True, True]
+    assert TextEncoder(WordTokenizer(), VOCAB).native

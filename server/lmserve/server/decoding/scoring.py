@@ -25,7 +25,7 @@ from lmserve.server.backends.base import (
     LanguageModelBackend,
 )
 from lmserve.server.errors import InvalidArgument
-from lmserve.server.text.word import WordTokenizer, encode_token_lists
+from lmserve.server.text.word import TextEncoder, WordTokenizer
 
 CountArray = npt.NDArray[np.int64]
 
@@ -95,6 +95,8 @@ class Scorer:
     def __init__(self, backend: LanguageModelBackend, tokenizer: WordTokenizer) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
+        # Built once per model: the C word index when the tokenizer's rule allows it.
+        self.encoder = TextEncoder(tokenizer, backend.vocab)
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
         return self.tokenizer.split_batch(texts)
@@ -109,10 +111,19 @@ class Scorer:
         max_tokens_per_text: int | None = None,
     ) -> ScoredTexts:
         """Tokenizes with the model's tokenizer, then scores (see `score_token_lists`)."""
-        return self.score_token_lists(
-            self.tokenize(texts),
+        if details:  # the details name every token: split in Python, where the strings are
+            return self.score_token_lists(
+                self.tokenize(texts),
+                options,
+                details=True,
+                oov_log_probs=oov_log_probs,
+                max_tokens_per_text=max_tokens_per_text,
+                field="texts",
+            )
+        return self._score_batch(
+            self.encoder.encode_texts(texts),
+            None,
             options,
-            details=details,
             oov_log_probs=oov_log_probs,
             max_tokens_per_text=max_tokens_per_text,
             field="texts",
@@ -133,7 +144,27 @@ class Scorer:
         `details` adds per-token results; `oov_log_probs` adds each text's OOV log-prob sum
         (needed for perplexity excluding OOVs). Both cost a per-token pass; totals alone do not.
         """
-        batch = encode_token_lists(token_lists, self.backend.vocab)
+        return self._score_batch(
+            self.encoder.encode_token_lists(token_lists),
+            token_lists if details else None,
+            options,
+            oov_log_probs=oov_log_probs,
+            max_tokens_per_text=max_tokens_per_text,
+            field=field,
+        )
+
+    def _score_batch(
+        self,
+        batch: EncodedBatch,
+        token_lists: Sequence[Sequence[str]] | None,
+        options: ScoreOptions,
+        *,
+        oov_log_probs: bool,
+        max_tokens_per_text: int | None,
+        field: str,
+    ) -> ScoredTexts:
+        """Scores an encoded batch; per-token details when `token_lists` (its words) are given."""
+        details = token_lists is not None
         lengths = np.diff(batch.offsets)
         if max_tokens_per_text is not None and len(lengths) and lengths.max() > max_tokens_per_text:
             index = int(np.argmax(lengths > max_tokens_per_text))
@@ -156,7 +187,7 @@ class Scorer:
             if oov_log_probs and any_oov:
                 masked = np.where(oov_mask, scores.token_log_probs, 0.0)
                 oov_sums = _segment_sums(masked, scores.token_offsets)
-            if details:
+            if token_lists is not None:
                 text_details = self._details(
                     token_lists,
                     batch,

@@ -3,6 +3,11 @@
 KenLM reads text as whitespace-separated words and never changes them; that is the default here.
 A model may ask for lowercasing and a token pattern (the shipped KJV model does, so that users can
 send ordinary text), and then exactly the rule its training corpus was prepared with applies.
+
+Whitespace is KenLM's (util::kSpaces): ASCII space, \t, \n, \r, \v, \f and nothing else; a
+no-break or other Unicode space stays inside a word (`str.split()` would split there: KenLM
+does not). `TextEncoder` splits and encodes a whole batch in one C call (`_wordindex.c`) for that
+rule; a regex-pattern tokenizer keeps the Python path.
 """
 
 from __future__ import annotations
@@ -10,10 +15,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from itertools import chain, repeat
+from typing import Any
 
 import numpy as np
 
 from lmserve.server.backends.base import EncodedBatch, Vocabulary
+
+try:
+    from lmserve.server.text import _wordindex
+except ImportError:  # not compiled: the Python path below is the fallback and the reference
+    _wordindex = None  # type: ignore[assignment]
+
+# A word: a maximal run of bytes outside KenLM's whitespace set.
+_KENLM_WORD = re.compile(r"[^ \t\n\r\v\f]+")
 
 
 class WordTokenizer:
@@ -33,7 +47,7 @@ class WordTokenizer:
             text = text.lower()
         if self._findall is not None:
             return list(self._findall(text))
-        return text.split()
+        return _KENLM_WORD.findall(text)
 
     def split_batch(self, texts: Sequence[str]) -> list[list[str]]:
         split = self.split
@@ -54,3 +68,41 @@ def encode_token_lists(token_lists: Sequence[Sequence[str]], vocab: Vocabulary) 
     # KenLM counts the literal unknown-word token as OOV too.
     oov |= ids == vocab.unk_id
     return EncodedBatch(ids=ids, offsets=offsets, oov=oov)
+
+
+class TextEncoder:
+    """A tokenizer and a vocabulary: texts (or token lists) -> `EncodedBatch`, one call a batch.
+
+    >>> enc = TextEncoder(WordTokenizer(), Vocabulary.from_words(["<unk>", "<s>", "</s>", "a"]))
+    >>> enc.encode_texts(["a b", ""]).ids.tolist()
+    [3, 0]
+    """
+
+    def __init__(self, tokenizer: WordTokenizer, vocab: Vocabulary, *, native: bool = True):
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self._index: Any = None
+        # The C path covers the whitespace rule (after optional lowercasing), not a regex.
+        if native and _wordindex is not None and tokenizer.pattern is None:
+            self._index = _wordindex.WordIndex(list(vocab.words), vocab.unk_id)
+
+    @property
+    def native(self) -> bool:
+        return self._index is not None
+
+    def encode_texts(self, texts: Sequence[str]) -> EncodedBatch:
+        """Splits with the tokenizer and maps words to ids (unknown -> unk, flagged OOV)."""
+        if self._index is None:
+            return encode_token_lists(self.tokenizer.split_batch(texts), self.vocab)
+        if self.tokenizer.lowercase:
+            texts = [t.lower() for t in texts]
+        ids, offsets, oov = self._index.encode(texts)
+        return EncodedBatch(
+            ids=np.frombuffer(ids, dtype=np.int32),
+            offsets=np.frombuffer(offsets, dtype=np.int64),
+            oov=np.frombuffer(oov, dtype=np.bool_),
+        )
+
+    def encode_token_lists(self, token_lists: Sequence[Sequence[str]]) -> EncodedBatch:
+        """Already split words (taken as they are) -> ids."""
+        return encode_token_lists(token_lists, self.vocab)

@@ -1,0 +1,231 @@
+"""The C extensions against their Python references: they must be built, and agree exactly.
+
+`make install` compiles them (hatch_build.py), so a missing module is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmserve.server.backends.base import EncodedBatch, Vocabulary
+from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram import _kernel as kernel_module
+from lmserve.server.backends.ngram.model import c_kernel_available
+from lmserve.server.text import _wordindex as wordindex_module
+from lmserve.server.text.word import TextEncoder, WordTokenizer, encode_token_lists
+
+KJV3 = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "kjv" / "kenlm"
+KJV3 = KJV3 / "kjv.3gram.arpa"
+SPECIALS = ["<s>", "</s>", "<unk>"]
+
+
+def test_extensions_are_built() -> None:
+    assert c_kernel_available()
+    assert kernel_module.__file__ is not None and kernel_module.__file__.endswith(".so")
+    assert wordindex_module.__file__ is not None and wordindex_module.__file__.endswith(".so")
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[NgramModel, NgramModel]:
+    ref = NgramModel.from_arpa(KJV3, kernel="numpy")
+    return ref, NgramModel(ref.arrays, kernel="c")
+
+
+def test_default_kernel_is_c() -> None:
+    assert NgramModel.from_arpa(KJV3).kernel == "c"
+
+
+def _random_batch(rng: random.Random, words: list[str]) -> list[list[str]]:
+    texts = []
+    for _ in range(rng.randrange(0, 12)):
+        n = rng.choice([0, 0, 1, 2, 5, rng.randrange(0, 40)])
+        texts.append(
+            [
+                rng.choice(words)
+                if rng.random() < 0.8
+                else rng.choice([*SPECIALS, "qwertzuiop", "xyzzy"])
+                for _ in range(n)
+            ]
+        )
+    return texts
+
+
+def _assert_same(ref: NgramModel, c: NgramModel, batch: EncodedBatch) -> None:
+    for bos in (True, False):
+        for eos in (True, False):
+            for per_token in (True, False):
+                want = ref.score(batch, bos=bos, eos=eos, per_token=per_token)
+                got = c.score(batch, bos=bos, eos=eos, per_token=per_token)
+                np.testing.assert_allclose(got.totals, want.totals, rtol=0, atol=1e-9)
+                if not per_token:
+                    assert got.token_log_probs is None
+                    continue
+                assert got.token_log_probs is not None and want.token_log_probs is not None
+                np.testing.assert_allclose(
+                    got.token_log_probs, want.token_log_probs, rtol=0, atol=1e-9
+                )
+                assert got.token_offsets is not None and want.token_offsets is not None
+                np.testing.assert_array_equal(got.token_offsets, want.token_offsets)
+                assert got.ngram_lengths is not None and want.ngram_lengths is not None
+                np.testing.assert_array_equal(got.ngram_lengths, want.ngram_lengths)
+
+
+def test_c_scorer_equals_numpy_on_random_batches(models: tuple[NgramModel, NgramModel]) -> None:
+    ref, c = models
+    rng = random.Random(1234)
+    # Frequent words make long n-gram matches likely; the whole vocabulary covers rare ones.
+    vocab = list(ref.vocab.words)
+    common = ["the", "and", "of", "lord", "unto", "said", "god", "in", "that", "he", "him"]
+    for i in range(150):
+        words = common if i % 2 else vocab
+        _assert_same(ref, c, encode_token_lists(_random_batch(rng, words), ref.vocab))
+
+
+def test_c_scorer_equals_numpy_on_kjv_lines(models: tuple[NgramModel, NgramModel]) -> None:
+    ref, c = models
+    lines = (KJV3.parent.parent / "test.txt").read_text().splitlines()[:500]
+    _assert_same(ref, c, encode_token_lists([line.split() for line in lines], ref.vocab))
+
+
+def test_empty_batch(models: tuple[NgramModel, NgramModel]) -> None:
+    _assert_same(*models, encode_token_lists([], models[0].vocab))
+    _assert_same(*models, encode_token_lists([[], []], models[0].vocab))
+
+
+def test_scorer_rejects_bad_input(models: tuple[NgramModel, NgramModel]) -> None:
+    c = models[1]
+    vocab_size = len(c.vocab)
+    bad = EncodedBatch(
+        ids=np.array([0, vocab_size], dtype=np.int32),
+        offsets=np.array([0, 2], dtype=np.int64),
+        oov=np.zeros(2, dtype=np.bool_),
+    )
+    with pytest.raises(ValueError, match="vocabulary id"):
+        c.score(bad)
+    negative = EncodedBatch(np.array([-1], np.int32), np.array([0, 1], np.int64), np.zeros(1, bool))
+    with pytest.raises(ValueError, match="vocabulary id"):
+        c.score(negative)
+    scorer = c._c
+    assert scorer is not None
+    ids, totals = np.zeros(3, np.int32), np.empty(1)
+    with pytest.raises(ValueError, match="offsets"):
+        scorer.score(ids, np.array([0, 2], np.int64), True, True, totals)
+    with pytest.raises(ValueError, match="offsets"):
+        scorer.score(ids, np.array([0, 3, 1, 3], np.int64), True, True, np.empty(3))
+    with pytest.raises(ValueError, match="totals"):
+        scorer.score(ids, np.array([0, 3], np.int64), True, True, np.empty(2))
+    with pytest.raises(TypeError):
+        scorer.score(ids.astype(np.int64), np.array([0, 3], np.int64), True, True, totals)
+    with pytest.raises(TypeError):
+        scorer.score("abc", np.array([0, 3], np.int64), True, True, totals)
+    with pytest.raises(ValueError, match="log_probs"):
+        scorer.score(
+            ids, np.array([0, 3], np.int64), True, True, totals, np.empty(3), np.empty(3, np.int32)
+        )
+    with pytest.raises(TypeError):
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), (), (), (), 0, 0, 0)
+    with pytest.raises(ValueError):
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), (), (), (), 0, 5)
+    fresh = kernel_module.Scorer.__new__(kernel_module.Scorer)
+    with pytest.raises(RuntimeError):
+        fresh.score(ids, np.array([0, 3], np.int64), True, True, totals)
+
+
+def test_unigram_model_in_c(tmp_path: Path) -> None:
+    arpa = tmp_path / "uni.arpa"
+    arpa.write_text(
+        "\\data\\\nngram 1=4\n\n\\1-grams:\n"
+        "-1.0\t<s>\n-0.5\t</s>\n-2.0\t<unk>\n-0.3\ta\n\n\\end\\\n"
+    )
+    ref = NgramModel.from_arpa(arpa, kernel="numpy")
+    c = NgramModel(ref.arrays, kernel="c")
+    _assert_same(ref, c, encode_token_lists([["a", "b", "a"], [], ["<s>"]], ref.vocab))
+
+
+# -- WordIndex ---------------------------------------------------------------------------------
+
+KENLM_SPACES = " \t\n\r\v\f"
+# Characters str.split() treats as whitespace but KenLM does not: they stay inside words.
+UNICODE_SPACES = "\u00a0\u2003\u3000\x1c\x1d\x85\u2028"
+
+
+def _random_text(rng: random.Random, words: list[str]) -> str:
+    parts = []
+    for _ in range(rng.randrange(0, 15)):
+        if rng.random() < 0.6:
+            parts.append(rng.choice(words))
+        else:
+            alphabet = "abcé漢字ü\U0001f600'-" + UNICODE_SPACES
+            parts.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 8))))
+        parts.append("".join(rng.choice(KENLM_SPACES) for _ in range(rng.randrange(1, 4))))
+    lead = "".join(rng.choice(KENLM_SPACES) for _ in range(rng.randrange(0, 3)))
+    return lead + "".join(parts[:-1] if rng.random() < 0.5 else parts)
+
+
+def _reference_encode(texts: list[str], vocab: Vocabulary) -> EncodedBatch:
+    return encode_token_lists(WordTokenizer().split_batch(texts), vocab)
+
+
+def test_wordindex_equals_python_encoding() -> None:
+    words = ["<unk>", "<s>", "</s>", "the", "é", "漢字", "a\u00a0b", "ünïcödé", "x" * 40, "it's"]
+    vocab = Vocabulary.from_words(words)
+    index = wordindex_module.WordIndex(list(vocab.words), vocab.unk_id)
+    assert len(index) == len(words) and index.unk_id == vocab.unk_id
+    rng = random.Random(7)
+    for _ in range(300):
+        texts = [_random_text(rng, words) for _ in range(rng.randrange(0, 8))]
+        ids, offsets, oov = index.encode(texts)
+        want = _reference_encode(texts, vocab)
+        np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
+        np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
+        np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
+
+
+def test_wordindex_kenlm_whitespace_only() -> None:
+    index = wordindex_module.WordIndex(["<unk>", "a", "b"], 0)
+    ids, offsets, oov = index.encode(["a\u00a0b a\tb\x0b\x0cb\r\n", "", "   ", "<unk> c"])
+    assert np.frombuffer(ids, np.int32).tolist() == [0, 1, 2, 2, 0, 0]
+    assert np.frombuffer(offsets, np.int64).tolist() == [0, 4, 4, 4, 6]
+    assert np.frombuffer(oov, np.bool_).tolist() == [True, False, False, False, True, True]
+
+
+def test_wordindex_rejects_bad_input() -> None:
+    index = wordindex_module.WordIndex(["<unk>", "a"], 0)
+    with pytest.raises(TypeError, match=r"texts\[1\]"):
+        index.encode(["a", b"a"])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        index.encode(["a", None])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        index.encode(5)  # type: ignore[arg-type]
+    with pytest.raises(UnicodeEncodeError):
+        index.encode(["\ud800"])
+    with pytest.raises(TypeError):
+        wordindex_module.WordIndex(["<unk>", 3], 0)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="duplicate"):
+        wordindex_module.WordIndex(["<unk>", "a", "a"], 0)
+    with pytest.raises(ValueError):
+        wordindex_module.WordIndex(["<unk>"], 1)
+    fresh = wordindex_module.WordIndex.__new__(wordindex_module.WordIndex)
+    with pytest.raises(RuntimeError):
+        fresh.encode(["a"])
+
+
+def test_text_encoder_native_equals_python() -> None:
+    words = ["<unk>", "<s>", "</s>", "the", "é", "漢字", "a\u00a0b", "ünïcödé", "x" * 40, "it's"]
+    vocab = Vocabulary.from_words(words)
+    rng = random.Random(11)
+    for lowercase in (False, True):
+        tokenizer = WordTokenizer(lowercase=lowercase)
+        native, python = TextEncoder(tokenizer, vocab), TextEncoder(tokenizer, vocab, native=False)
+        assert native.native and not python.native
+        for _ in range(100):
+            texts = [_random_text(rng, words).upper() for _ in range(rng.randrange(0, 6))]
+            got, want = native.encode_texts(texts), python.encode_texts(texts)
+            np.testing.assert_array_equal(got.ids, want.ids)
+            np.testing.assert_array_equal(got.offsets, want.offsets)
+            np.testing.assert_array_equal(got.oov, want.oov)
+    assert not TextEncoder(WordTokenizer(pattern=r"[a-z]+"), vocab).native
