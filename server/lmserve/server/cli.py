@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "serve": "lmserve.server.commands.serve",
     "import-arpa": "lmserve.server.commands.import_arpa",
     "train-ngram": "lmserve.export.ngram.command",
+    "train-rnn": "lmserve.export.rnn.command",
     "models": "lmserve.client.commands.models",
     "score": "lmserve.client.commands.score",
     "ppl": "lmserve.client.commands.ppl",

@@ -1,0 +1,1 @@
+"""Recurrent (RNN/LSTM/GRU) language models: the network, its training, and its export."""

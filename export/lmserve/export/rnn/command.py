@@ -1,0 +1,141 @@
+"""`lmserve train-rnn`: train a recurrent LM on a text corpus and checkpoint the best model.
+
+The output folder holds `checkpoint-best.pt` (model, vocabulary, tokenizer, configs, history) and
+`checkpoint-last.pt` (for `--resume`); `lmserve export-rnn` turns a checkpoint into a model folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HELP = "Train an RNN/LSTM/GRU language model on a text corpus (one sentence per line)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("corpus", type=Path, help="training text, one sentence per line")
+    parser.add_argument("output_dir", type=Path, help="folder for checkpoints and the report")
+    parser.add_argument("--heldout", type=Path, required=True, help="validation text")
+    parser.add_argument("--test", type=Path, help="test text, evaluated with the best model")
+    arch = parser.add_argument_group("architecture")
+    arch.add_argument("--cell", choices=["rnn", "lstm", "gru"], default="lstm")
+    arch.add_argument("--embedding-size", type=int, default=512)
+    arch.add_argument("--hidden-size", type=int, default=512)
+    arch.add_argument("--layers", type=int, default=1)
+    arch.add_argument("--dropout", type=float, default=0.3)
+    arch.add_argument(
+        "--tie-weights",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="share the embedding and decoder matrices (needs equal sizes)",
+    )
+    tok = parser.add_argument_group("tokenizer")
+    tok.add_argument("--lowercase", action="store_true")
+    tok.add_argument("--token-pattern", help="words are the matches of this regex")
+    tok.add_argument("--min-count", type=int, default=1, help="rarer words become <unk>")
+    tok.add_argument("--vocab-size", type=int, help="keep only the most frequent words")
+    opt = parser.add_argument_group("training")
+    opt.add_argument("--epochs", type=int, default=20)
+    opt.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    opt.add_argument("--bptt", type=int, default=100, help="truncated BPTT window (tokens)")
+    opt.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    opt.add_argument("--lr", type=float, default=2e-3)
+    opt.add_argument("--weight-decay", type=float, default=0.0)
+    opt.add_argument("--clip", type=float, default=0.25, help="gradient-norm clip")
+    opt.add_argument("--lr-decay", type=float, default=0.5, help="factor on plateau")
+    opt.add_argument("--patience", type=int, default=3, help="epochs without improvement")
+    opt.add_argument("--seed", type=int, default=1)
+    opt.add_argument("--max-minutes", type=float, help="stop training after this long")
+    opt.add_argument("--threads", type=int, help="torch intra-op threads")
+    opt.add_argument("--resume", action="store_true", help="continue from checkpoint-last.pt")
+    opt.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from lmserve.export.rnn.data import build_word_vocab, encode_sentences
+    from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
+    from lmserve.export.rnn.train import TrainConfig, evaluate, train
+    from lmserve.server.registry.manifest import TokenizerSpec
+    from lmserve.server.text.word import WordTokenizer
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    spec = TokenizerSpec(lowercase=args.lowercase, pattern=args.token_pattern)
+    tokenizer = WordTokenizer(lowercase=spec.lowercase, pattern=spec.pattern)
+
+    def read(path: Path) -> list[list[str]]:
+        with path.open(encoding="utf-8") as f:
+            return [tokenizer.split(line) for line in f]
+
+    began = time.monotonic()
+    train_words = read(args.corpus)
+    vocab = build_word_vocab(train_words, min_count=args.min_count, max_size=args.vocab_size)
+    index = {w: i for i, w in enumerate(vocab)}
+    try:
+        model_cfg = RecurrentLMConfig(
+            vocab_size=len(vocab),
+            cell=args.cell,
+            embedding_size=args.embedding_size,
+            hidden_size=args.hidden_size,
+            num_layers=args.layers,
+            dropout=args.dropout,
+            tie_weights=args.tie_weights,
+        )
+        train_cfg = TrainConfig(
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            bptt=args.bptt,
+            optimizer=args.optimizer,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            clip=args.clip,
+            lr_decay=args.lr_decay,
+            patience=args.patience,
+            seed=args.seed,
+            max_minutes=args.max_minutes,
+            threads=args.threads,
+        )
+    except ValidationError as exc:
+        log(f"lmserve train-rnn: {exc}")
+        return 2
+    train_ids = encode_sentences(train_words, index)
+    valid_ids = encode_sentences(read(args.heldout), index)
+    log(f"vocabulary {len(vocab)} (specials included), {len(train_ids)} training sentences")
+    import torch
+
+    torch.manual_seed(train_cfg.seed)
+    model = RecurrentLM(model_cfg)
+    extra = {
+        "vocab": vocab,
+        "tokenizer": spec.model_dump(mode="json"),
+        "training_corpus": str(args.corpus),
+        "command": "lmserve train-rnn " + " ".join(sys.argv[2:]),
+    }
+    valid = train(
+        model,
+        train_cfg,
+        train_ids,
+        valid_ids,
+        args.output_dir,
+        extra=extra,
+        resume=args.resume,
+        log=log,
+        progress=not args.no_progress,
+    )
+    report: dict[str, float | int | str] = {
+        "valid_perplexity": valid.perplexity,
+        "valid_tokens": valid.tokens,
+        "train_minutes": round((time.monotonic() - began) / 60, 1),
+    }
+    if args.test:
+        test = evaluate(model, encode_sentences(read(args.test), index), train_cfg.batch_size)
+        report.update(test_perplexity=test.perplexity, test_tokens=test.tokens)
+    (args.output_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0
