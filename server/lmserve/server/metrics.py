@@ -13,6 +13,8 @@ from prometheus_client.exposition import start_http_server
 DURATION_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
+# Texts per micro-batched forward pass.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 
 class Metrics:
@@ -55,6 +57,21 @@ class Metrics:
             "lmserve_inflight_requests",
             "RPCs being handled right now.",
             ["method"],
+            registry=registry,
+        )
+
+        self.batch_size = Histogram(
+            "lmserve_batch_size",
+            "Texts per forward pass of the micro-batcher (requests merged into one).",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.queue_duration = Histogram(
+            "lmserve_queue_duration_seconds",
+            "Time a request waited in the micro-batching queue before its forward pass began.",
+            ["model"],
+            buckets=DURATION_BUCKETS,
             registry=registry,
         )
 

@@ -43,6 +43,19 @@ class Settings(BaseSettings):
     # Threads that run scoring off the event loop; 0 scores inline (fastest on few cores).
     scoring_threads: int = Field(default=0, ge=0)
     log_level: LogLevel = "INFO"
+    # Neural models. ONNX Runtime: one session per graph, sequential execution (best on 2 cores).
+    onnx_intra_op_threads: int = Field(default=2, ge=0)
+    onnx_inter_op_threads: int = Field(default=1, ge=0)
+    onnx_allow_spinning: bool = True
+    # Use the CUDA execution provider when onnxruntime-gpu sees a GPU.
+    onnx_use_gpu: bool = True
+    # Longer texts are scored in time chunks of this many tokens, the state carried across.
+    max_chunk_tokens: int = Field(default=256, ge=1)
+    # Micro-batching: concurrent Score/Perplexity requests for one neural model share a forward.
+    batching_enabled: bool = True
+    batch_max_texts: int = Field(default=256, ge=1)
+    batch_max_tokens: int = Field(default=16_384, ge=1)
+    batch_max_wait_ms: float = Field(default=2.0, ge=0)
 
     @classmethod
     def settings_customise_sources(

@@ -5,7 +5,9 @@
     entry.scorer.score_texts([...], ScoreOptions())
 
 A folder that fails (bad manifest, missing file, checksum, malformed model) is kept as FAILED
-with `load_error` naming the file and the reason; the other models still serve.
+with `load_error` naming the file and the reason; the other models still serve. Interpolated
+models load after every other, since they are built from loaded components. Neural models (and
+mixtures with a neural component) get a micro-batcher unless the settings turn batching off.
 """
 
 from __future__ import annotations
@@ -19,16 +21,22 @@ from enum import StrEnum
 from pathlib import Path
 
 from lmserve.server.backends.base import LanguageModelBackend
+from lmserve.server.backends.interpolated import InterpolatedBackend
+from lmserve.server.backends.onnx import OnnxOptions
+from lmserve.server.backends.recurrent import RecurrentBackend
 from lmserve.server.decoding.scoring import Scorer
-from lmserve.server.errors import ModelLoadError, ModelNotFound, ModelUnavailable
-from lmserve.server.registry.loaders import load_backend
+from lmserve.server.engine.batcher import BatchLimits, MicroBatcher
+from lmserve.server.errors import ManifestError, ModelLoadError, ModelNotFound, ModelUnavailable
+from lmserve.server.registry.loaders import LoadContext, LoadedModel, load_backend
 from lmserve.server.registry.manifest import (
+    ModelKind,
     ModelManifest,
     TokenizerKind,
     find_manifest,
     read_manifest,
     verify_files,
 )
+from lmserve.server.settings import Settings
 from lmserve.server.text.word import WordTokenizer
 
 log = logging.getLogger(__name__)
@@ -50,32 +58,83 @@ class ModelEntry:
     scorer: Scorer | None = None
     load_error: str = ""
     load_seconds: float = 0.0
+    # Merges concurrent scoring requests (neural models); None scores each request directly.
+    batcher: MicroBatcher | None = None
 
     @property
     def backend(self) -> LanguageModelBackend | None:
+        """The model itself (not the batching wrapper the scorer may use)."""
+        if self.batcher is not None:
+            return self.batcher.inner
         return self.scorer.backend if self.scorer else None
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """What loading takes from the settings: runtime options and micro-batching limits."""
+
+    onnx: OnnxOptions = OnnxOptions()
+    batching: BatchLimits | None = BatchLimits()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LoadOptions:
+        onnx = OnnxOptions(
+            intra_op_threads=settings.onnx_intra_op_threads,
+            inter_op_threads=settings.onnx_inter_op_threads,
+            allow_spinning=settings.onnx_allow_spinning,
+            max_chunk_tokens=settings.max_chunk_tokens,
+            use_gpu=settings.onnx_use_gpu,
+        )
+        batching = (
+            BatchLimits(
+                settings.batch_max_texts, settings.batch_max_tokens, settings.batch_max_wait_ms
+            )
+            if settings.batching_enabled
+            else None
+        )
+        return cls(onnx, batching)
+
+
 def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
-    """The tokenizer the manifest asks for (word-level only for now)."""
+    """The tokenizer the manifest asks for (the word codec; character and BPE ones to come)."""
     spec = manifest.tokenizer
     if spec.kind is not TokenizerKind.WORD:
-        raise ModelLoadError(str(folder), f"tokenizer kind {spec.kind.value!r} not supported yet")
+        raise ModelLoadError(
+            str(folder),
+            f"tokenizer kind {spec.kind.value!r} is not supported by this server yet",
+        )
     try:
         return WordTokenizer(lowercase=spec.lowercase, pattern=spec.pattern)
     except re.error as exc:
         raise ModelLoadError(str(folder), f"tokenizer.pattern {spec.pattern!r}: {exc}") from exc
 
 
-def load_entry(folder: Path) -> ModelEntry:
+def _needs_batcher(backend: LanguageModelBackend) -> bool:
+    """Neural forwards gain from merged batches; n-gram lookups keep their direct path."""
+    if isinstance(backend, InterpolatedBackend):
+        return any(_needs_batcher(b) for b in backend.components)
+    return isinstance(backend, RecurrentBackend)
+
+
+def load_entry(
+    folder: Path,
+    options: LoadOptions | None = None,
+    loaded: dict[str, ModelEntry] | None = None,
+) -> ModelEntry:
     """Validates, verifies and loads one model folder; never raises for a broken model."""
+    options = options or LoadOptions()
     started = time.perf_counter()
     manifest: ModelManifest | None = None
     try:
         manifest = read_manifest(folder)
         verify_files(folder, manifest)
         tokenizer = make_tokenizer(folder, manifest)
-        backend = load_backend(folder, manifest)
+        components = {
+            e.name: LoadedModel(e.backend, e.manifest)
+            for e in (loaded or {}).values()
+            if e.backend is not None and e.manifest is not None
+        }
+        backend = load_backend(folder, manifest, LoadContext(options.onnx, components))
         _check_special_tokens(folder, manifest, backend)
     except ModelLoadError as exc:
         name = manifest.name if manifest else folder.name
@@ -83,14 +142,25 @@ def load_entry(folder: Path) -> ModelEntry:
         return ModelEntry(name, folder, ModelState.FAILED, manifest, load_error=str(exc))
     seconds = time.perf_counter() - started
     log.info("model %s loaded from %s in %.2f s", manifest.name, folder, seconds)
+    batcher = None
+    if options.batching is not None and _needs_batcher(backend):
+        batcher = MicroBatcher(backend, options.batching)
     return ModelEntry(
         manifest.name,
         folder,
         ModelState.READY,
         manifest,
-        scorer=Scorer(backend, tokenizer),
+        scorer=Scorer(batcher.backend if batcher else backend, tokenizer),
         load_seconds=seconds,
+        batcher=batcher,
     )
+
+
+def _is_interpolated(folder: Path) -> bool:
+    try:
+        return read_manifest(folder).kind is ModelKind.INTERPOLATED
+    except ManifestError:
+        return False
 
 
 def _check_special_tokens(
@@ -117,17 +187,25 @@ class ModelRepository:
 
     @classmethod
     def load(
-        cls, root: Path, on_loaded: Callable[[ModelEntry], None] | None = None
+        cls,
+        root: Path,
+        on_loaded: Callable[[ModelEntry], None] | None = None,
+        options: LoadOptions | None = None,
     ) -> ModelRepository:
         """Loads every subfolder that has a manifest (folders without one are ignored)."""
         if not root.is_dir():
             raise FileNotFoundError(f"model repository {root} is not a directory")
         entries: dict[str, ModelEntry] = {}
+        folders = []
         for folder in sorted(p for p in root.iterdir() if p.is_dir()):
             if find_manifest(folder) is None:
                 log.warning("ignoring %s: no model.yaml or model.json", folder)
                 continue
-            entry = load_entry(folder)
+            folders.append(folder)
+        # Mixtures last: they are built from the models loaded before them.
+        folders.sort(key=_is_interpolated)
+        for folder in folders:
+            entry = load_entry(folder, options, entries)
             if entry.name in entries:
                 first = entries[entry.name].folder
                 entry = ModelEntry(

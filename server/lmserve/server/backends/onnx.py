@@ -1,0 +1,143 @@
+"""Recurrent models exported to ONNX, run by ONNX Runtime (CPU, or CUDA when available).
+
+    backend = OnnxBackend.load(folder, manifest, OnnxOptions(intra_op_threads=2))
+    backend.score(batch, per_token=True)      # natural logs
+
+The folder holds `score.onnx` (gathered log-prob per position: what scoring needs) and
+`step.onnx` (full distributions: generation), both sharing `weights.bin`. Each graph gets one
+`InferenceSession` for the model's lifetime. Both graphs are checked at load: every expected
+input and output present, and the vocabulary dimension equal to `vocab.txt`'s size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.recurrent import (
+    RecurrentBackend,
+    RecurrentSpec,
+    RecurrentState,
+    TokenArray,
+    read_vocab,
+)
+from lmserve.server.errors import ModelLoadError
+from lmserve.server.registry.manifest import ModelManifest
+
+
+@dataclass(frozen=True)
+class OnnxOptions:
+    """Session settings (from `Settings.onnx_*`): threads, spinning, chunk length, GPU use."""
+
+    intra_op_threads: int = 2
+    inter_op_threads: int = 1
+    allow_spinning: bool = True
+    max_chunk_tokens: int = 256
+    use_gpu: bool = True
+
+
+def providers(use_gpu: bool = True) -> list[str]:
+    """CUDA first when onnxruntime-gpu sees a GPU, then the CPU provider (always last)."""
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    available = ort.get_available_providers()
+    chosen = ["CUDAExecutionProvider"] if use_gpu and "CUDAExecutionProvider" in available else []
+    return [*chosen, "CPUExecutionProvider"]
+
+
+class OnnxBackend(RecurrentBackend):
+    """A recurrent LM served by ONNX Runtime; no state of its own between calls."""
+
+    def __init__(
+        self, spec: RecurrentSpec, vocab: Any, step: Any, score: Any, max_chunk_tokens: int
+    ) -> None:
+        super().__init__(spec, vocab, max_chunk_tokens=max_chunk_tokens)
+        self._step = step
+        self._score = score
+        self._state_outputs = [f"{name}_out" for name in spec.state_names]
+        self._step_outputs = ["log_probs", *self._state_outputs]
+        self._score_outputs = ["token_log_probs", *self._state_outputs]
+
+    @classmethod
+    def load(cls, folder: Path, manifest: ModelManifest, options: OnnxOptions) -> OnnxBackend:
+        spec = RecurrentSpec.from_architecture(manifest.architecture, str(folder / "model.yaml"))
+        vocab = read_vocab(manifest.file_path(folder, "vocab"), spec, manifest.special_tokens)
+        state_inputs = list(spec.state_names)
+        score = _session(
+            manifest.file_path(folder, "score"),
+            options,
+            ["tokens", "targets", *state_inputs],
+            {"token_log_probs": None, **{f"{s}_out": spec.hidden_size for s in state_inputs}},
+        )
+        step = _session(
+            manifest.file_path(folder, "step"),
+            options,
+            ["tokens", *state_inputs],
+            {"log_probs": spec.vocab_size, **{f"{s}_out": spec.hidden_size for s in state_inputs}},
+        )
+        return cls(spec, vocab, step, score, options.max_chunk_tokens)
+
+    @property
+    def providers(self) -> list[str]:
+        return list(self._score.get_providers())
+
+    def _feeds(self, state: RecurrentState) -> dict[str, npt.NDArray[np.float32]]:
+        return {name: s for name, s in zip(self.spec.state_names, state, strict=True)}
+
+    def _run_step(
+        self, tokens: TokenArray, state: RecurrentState
+    ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        out = self._step.run(self._step_outputs, {"tokens": tokens, **self._feeds(state)})
+        return out[0], tuple(out[1:])
+
+    def _run_score(
+        self, tokens: TokenArray, targets: TokenArray, state: RecurrentState
+    ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        feeds = {"tokens": tokens, "targets": targets, **self._feeds(state)}
+        out = self._score.run(self._score_outputs, feeds)
+        return out[0], tuple(out[1:])
+
+
+def _session(
+    path: Path, options: OnnxOptions, inputs: list[str], outputs: dict[str, int | None]
+) -> Any:
+    """One session for one graph, refused with the file's name when it does not fit."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = options.intra_op_threads
+    so.inter_op_num_threads = options.inter_op_threads
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry(
+        "session.intra_op.allow_spinning", "1" if options.allow_spinning else "0"
+    )
+    try:
+        session = ort.InferenceSession(
+            str(path), sess_options=so, providers=providers(options.use_gpu)
+        )
+    except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
+        raise ModelLoadError(str(path), f"ONNX Runtime cannot load it: {exc}") from exc
+    have_inputs = [i.name for i in session.get_inputs()]
+    missing = [name for name in inputs if name not in have_inputs]
+    if missing:
+        raise ModelLoadError(
+            str(path), f"graph has no input {missing[0]!r} (inputs: {', '.join(have_inputs)})"
+        )
+    have_outputs = {o.name: o.shape for o in session.get_outputs()}
+    for name, last_dim in outputs.items():
+        if name not in have_outputs:
+            raise ModelLoadError(
+                str(path), f"graph has no output {name!r} (outputs: {', '.join(have_outputs)})"
+            )
+        shape = have_outputs[name]
+        if last_dim is not None and shape and isinstance(shape[-1], int):
+            if shape[-1] != last_dim:
+                raise ModelLoadError(
+                    str(path), f"output {name!r} has size {shape[-1]}, the manifest says {last_dim}"
+                )
+    return session

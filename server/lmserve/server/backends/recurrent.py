@@ -1,0 +1,218 @@
+"""What every recurrent (RNN/LSTM/GRU) backend shares, whatever runs the graph.
+
+A subclass supplies two graph calls on numpy arrays, both state in, state out:
+
+    _run_step(tokens [B,T], state) -> (log_probs [B,T,V], state)      # full distributions
+    _run_score(tokens [B,T], targets [B,T], state) -> (lp [B,T], state)  # gathered log-probs
+
+and this module turns them into the `LanguageModelBackend` contract: `<s>` as the first input,
+`</s>` scored last, right-padding (rows sorted by length, so finished rows simply drop out of
+later time chunks and padding never reaches a result), and texts longer than `max_chunk_tokens`
+scored chunk by chunk with the state carried across (no truncation). All scores are natural logs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
+from lmserve.server.errors import ModelLoadError, Unimplemented
+
+# One array per state name ("h", or "h" and "c"), each float32 [layers, batch, hidden].
+RecurrentState = tuple[npt.NDArray[np.float32], ...]
+TokenArray = npt.NDArray[np.int64]
+CELLS = ("rnn", "lstm", "gru")
+
+
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """The manifest's `architecture` block, validated for serving.
+
+    >>> RecurrentSpec.from_architecture({"cell": "gru", "vocab_size": 9, "hidden_size": 4,
+    ...                                  "num_layers": 1}, "model.yaml").state_names
+    ('h',)
+    """
+
+    cell: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    state_names: tuple[str, ...]
+
+    @classmethod
+    def from_architecture(cls, arch: dict[str, Any], where: str) -> RecurrentSpec:
+        try:
+            cell = str(arch["cell"]).lower()
+            vocab_size, hidden = int(arch["vocab_size"]), int(arch["hidden_size"])
+            layers = int(arch.get("num_layers", 1))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelLoadError(
+                where, f"architecture needs cell, vocab_size, hidden_size: {exc}"
+            ) from exc
+        if cell not in CELLS:
+            raise ModelLoadError(where, f"architecture.cell {cell!r} is not one of {CELLS}")
+        expected = ("h", "c") if cell == "lstm" else ("h",)
+        names = tuple(arch.get("state_names", expected))
+        if names != expected:
+            raise ModelLoadError(
+                where, f"architecture.state_names {list(names)} for a {cell}: expected {expected}"
+            )
+        if min(vocab_size, hidden, layers) <= 0:
+            raise ModelLoadError(where, "architecture sizes must be positive")
+        return cls(cell, vocab_size, hidden, layers, names)
+
+
+def read_vocab(path: Path, spec: RecurrentSpec, specials: Any) -> Vocabulary:
+    """`vocab.txt`: one token per line, id = line index; its size must be the graph's."""
+    try:
+        words = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(str(path), f"unreadable vocabulary: {exc}") from exc
+    if words and words[-1] == "":
+        words.pop()
+    if len(words) != spec.vocab_size:
+        raise ModelLoadError(
+            str(path), f"has {len(words)} tokens, architecture.vocab_size is {spec.vocab_size}"
+        )
+    try:
+        return Vocabulary.from_words(
+            words, unk=specials.unk, bos=specials.bos, eos=specials.eos, pad=specials.pad
+        )
+    except (KeyError, ValueError) as exc:
+        raise ModelLoadError(str(path), f"vocabulary: {type(exc).__name__} {exc}") from exc
+
+
+class RecurrentBackend(ABC):
+    """Scoring and next-token distributions over a stateless recurrent graph (natural logs)."""
+
+    def __init__(self, spec: RecurrentSpec, vocab: Vocabulary, *, max_chunk_tokens: int) -> None:
+        if max_chunk_tokens < 1:
+            raise ValueError("max_chunk_tokens must be at least 1")
+        self.spec = spec
+        self._vocab = vocab
+        self.max_chunk_tokens = max_chunk_tokens
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self._vocab
+
+    # -- what a runtime supplies -------------------------------------------------------------
+
+    @abstractmethod
+    def _run_step(
+        self, tokens: TokenArray, state: RecurrentState
+    ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        """tokens [B,T] -> log-probs [B,T,V] (natural log) and the state after them."""
+
+    @abstractmethod
+    def _run_score(
+        self, tokens: TokenArray, targets: TokenArray, state: RecurrentState
+    ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        """log P(targets[b,t] | tokens[b,:t+1]) [B,T] (natural log) and the state after them."""
+
+    # -- the state-in/state-out contract -----------------------------------------------------
+
+    def initial_state(self, batch: int) -> RecurrentState:
+        """The all-zero state a text starts from, before `<s>` is read."""
+        shape = (self.spec.num_layers, batch, self.spec.hidden_size)
+        return tuple(np.zeros(shape, dtype=np.float32) for _ in self.spec.state_names)
+
+    def step(
+        self, tokens: npt.ArrayLike, state: RecurrentState
+    ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        """tokens [B,T] -> natural-log probs [B,T,V] and the new state (T=1 to generate)."""
+        return self._run_step(np.ascontiguousarray(tokens, dtype=np.int64), state)
+
+    forward = step
+
+    # -- scoring ---------------------------------------------------------------------------
+
+    def score(
+        self, batch: EncodedBatch, *, bos: bool = True, eos: bool = True, per_token: bool = False
+    ) -> BatchScores:
+        """log P(tokens [+ </s>] | <s>) per text, natural logs; `</s>` scored last when eos."""
+        if not bos:
+            raise Unimplemented(
+                "recurrent models always read <s> first: options.bos=false is not available"
+            )
+        n = batch.batch_size
+        lengths = np.diff(batch.offsets) + (1 if eos else 0)  # scored positions per text
+        token_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=token_offsets[1:])
+        flat = np.zeros(int(token_offsets[-1]), dtype=np.float64)
+        if n and len(flat):
+            self._score_rows(batch, lengths, token_offsets, eos, flat)
+        totals = np.add.reduceat(flat, token_offsets[:-1]) if len(flat) else np.zeros(n)
+        totals = np.where(lengths > 0, totals, 0.0)  # reduceat repeats a value for empty rows
+        if not per_token:
+            return BatchScores(totals=totals)
+        return BatchScores(totals=totals, token_log_probs=flat, token_offsets=token_offsets)
+
+    def _score_rows(
+        self,
+        batch: EncodedBatch,
+        lengths: npt.NDArray[np.int64],
+        token_offsets: npt.NDArray[np.int64],
+        eos: bool,
+        out: FloatArray,
+    ) -> None:
+        """Fills `out` (flat per-token results) by padded, time-chunked forward passes."""
+        vocab = self._vocab
+        order = np.argsort(-lengths, kind="stable")  # longest first: active rows are a prefix
+        order = order[lengths[order] > 0]
+        width = int(lengths[order[0]])
+        rows = len(order)
+        # inputs <s> w1..wn (the last word is input only when </s> is not scored);
+        # targets w1..wn [</s>]; padding is a valid id (0) whose results are never read.
+        inputs = np.zeros((rows, width), dtype=np.int64)
+        targets = np.zeros((rows, width), dtype=np.int64)
+        for r, i in enumerate(order.tolist()):
+            ids = batch.ids[batch.offsets[i] : batch.offsets[i + 1]]
+            length = int(lengths[i])
+            inputs[r, 0] = vocab.bos_id
+            inputs[r, 1:length] = ids[: length - 1]
+            targets[r, : len(ids)] = ids
+            if eos:
+                targets[r, len(ids)] = vocab.eos_id
+        row_lengths = lengths[order]
+        scores = np.zeros((rows, width), dtype=np.float32)
+        state = self.initial_state(rows)
+        chunk = self.max_chunk_tokens
+        for start in range(0, width, chunk):
+            active = int(np.count_nonzero(row_lengths > start))
+            if active < rows:  # finished rows leave the batch; their state is no longer needed
+                state = tuple(np.ascontiguousarray(s[:, :active]) for s in state)
+                rows = active
+            window = slice(start, start + chunk)
+            lp, state = self._run_score(
+                np.ascontiguousarray(inputs[:rows, window]),
+                np.ascontiguousarray(targets[:rows, window]),
+                state,
+            )
+            scores[:rows, window] = lp
+        # Scatter valid positions back into text order (the mask drops the padding).
+        mask = np.arange(width)[None, :] < row_lengths[:, None]
+        starts = token_offsets[order]
+        positions = starts[:, None] + np.arange(width)[None, :]
+        out[positions[mask]] = scores[mask]
+
+    def next_token_log_probs(self, context: Sequence[int], *, bos: bool = True) -> FloatArray:
+        """log P(w | <s> context) for every id w, natural logs (shape [len(vocab)])."""
+        ids = ([self._vocab.bos_id] if bos else []) + [int(i) for i in context]
+        if not ids:
+            raise Unimplemented("a recurrent model needs <s> or a context to predict from")
+        tokens = np.asarray([ids], dtype=np.int64)
+        state = self.initial_state(1)
+        log_probs: npt.NDArray[np.float32] | None = None
+        for start in range(0, len(ids), self.max_chunk_tokens):
+            window = tokens[:, start : start + self.max_chunk_tokens]
+            log_probs, state = self._run_step(np.ascontiguousarray(window), state)
+        assert log_probs is not None
+        return np.asarray(log_probs[0, -1], dtype=np.float64)

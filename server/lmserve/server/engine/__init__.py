@@ -1,0 +1,1 @@
+"""Serving machinery between the API and the models: micro-batching now, scheduling later."""
