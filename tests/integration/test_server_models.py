@@ -54,7 +54,7 @@ def test_get_model_reports_everything(stub: lm_service_pb2_grpc.LanguageModelSer
         ("missing-file", "model.lmbin", "missing"),
         ("malformed-arpa", "model.arpa", ""),
         ("invalid-manifest", "model.yaml", "kind"),
-        ("neural", "neural", "not supported yet"),
+        ("neural", "neural", "architecture needs cell"),
     ],
 )
 def test_failed_models_say_which_file_and_why(

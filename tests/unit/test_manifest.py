@@ -74,7 +74,7 @@ def test_repository_keeps_broken_models_as_failed(tmp_path: Path) -> None:
     assert "model.onnx" in errors["checksum"] and "sha256" in errors["checksum"]
     assert "model.onnx" in errors["missing"] and "missing" in errors["missing"]
     assert "model.yaml" in errors["invalid"] and "unreadable" in errors["invalid"]
-    assert "'onnx'" in errors["unsupported"] and "not supported yet" in errors["unsupported"]
+    assert "model.yaml" in errors["unsupported"] and "architecture" in errors["unsupported"]
 
     with pytest.raises(ModelNotFound, match="available: checksum"):
         repo.get("nope")

@@ -30,7 +30,12 @@ from lmserve.server.api.interceptors import ServingInterceptor
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.api.validation import Limits
 from lmserve.server.metrics import Metrics, serve_metrics
-from lmserve.server.registry.repository import ModelEntry, ModelRepository, ModelState
+from lmserve.server.registry.repository import (
+    LoadOptions,
+    ModelEntry,
+    ModelRepository,
+    ModelState,
+)
 from lmserve.server.settings import Settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
@@ -73,7 +78,9 @@ def load_repository(settings: Settings, metrics: Metrics | None = None) -> Model
         if metrics is not None and entry.state is ModelState.READY:
             metrics.model_load_seconds.labels(model=entry.name).set(entry.load_seconds)
 
-    return ModelRepository.load(settings.model_repository, on_loaded=on_loaded)
+    return ModelRepository.load(
+        settings.model_repository, on_loaded=on_loaded, options=LoadOptions.from_settings(settings)
+    )
 
 
 async def start_server(

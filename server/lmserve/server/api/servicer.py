@@ -176,7 +176,10 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
                 max_tokens_per_text=limit,
             )
 
-        scored = await self._call(run)
+        if entry.batcher is not None:  # neural: concurrent requests share forward passes
+            scored = await entry.batcher.run(run, self._metrics, entry.name)
+        else:
+            scored = await self._call(run)
         self._metrics.record_scored(entry.name, len(scored), scored.total_tokens)
         return scored
 
