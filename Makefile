@@ -23,7 +23,8 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=proto --grpc_python_out=proto \
 		--pyi_out=proto $(PROTO_SRC)
 
-$(DEFAULT_NGRAM): $(STAMP)
+# Rebuilt when the engine changes, so the binary always matches the code that reads it.
+$(DEFAULT_NGRAM): $(STAMP) $(wildcard server/lmserve/server/backends/ngram/*.py server/lmserve/server/backends/ngram/*.c)
 	$(BIN)/lmserve train-ngram --order 5 --smoothing modified-kneser-ney --name kjv-5gram \
 		--lowercase --token-pattern "[a-z]+(?:'[a-z]+)*" --heldout $(KJV)/valid.txt \
 		--test $(KJV)/test.txt $(KJV)/train.txt models/kjv-5gram
