@@ -64,6 +64,7 @@ class RunningServer:
         self._stopped = True
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        await self.repository.aclose()
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
             self._metrics_httpd.server_close()

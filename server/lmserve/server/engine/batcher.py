@@ -16,6 +16,7 @@ to the request that caused it alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -247,9 +248,13 @@ class MicroBatcher:
             else:
                 item.future.set_result(result)
 
-    def close(self) -> None:
-        if self._worker is not None and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._worker.cancel)
+    async def aclose(self) -> None:
+        """Stops the queue's task (on the loop that runs it) and the threads."""
+        worker, self._worker = self._worker, None
+        if worker is not None and not worker.done():
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
         self._requests.shutdown(wait=False)
         self._forward.shutdown(wait=False)
 

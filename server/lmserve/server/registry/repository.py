@@ -221,6 +221,12 @@ class ModelRepository:
                 on_loaded(entry)
         return cls(root, list(entries.values()))
 
+    async def aclose(self) -> None:
+        """Stops the micro-batchers' tasks and threads (call on the serving loop)."""
+        for entry in self._entries.values():
+            if entry.batcher is not None:
+                await entry.batcher.aclose()
+
     def entries(self) -> list[ModelEntry]:
         """Every model, sorted by name."""
         return list(self._entries.values())
