@@ -1,16 +1,31 @@
 """`lmserve train-rnn`: train a recurrent LM on a text corpus and checkpoint the best model.
 
 The output folder holds `checkpoint-best.pt` (model, vocabulary, tokenizer, configs, history) and
-`checkpoint-last.pt` (for `--resume`); `lmserve export-rnn` turns a checkpoint into a model folder.
+`checkpoint-last.pt` (for `--resume`); `lmserve export-rnn` turns a checkpoint into a model folder,
+and `--export MODEL_DIR` does that at the end of training.
+
+Tokenizers: `word` (the default), `char` (one token per character) and `bpe` (Hugging Face
+`tokenizers`, trained here on the training text). Character and BPE perplexities are reported per
+word, as the word tokenizer counts words, plus one `</s>` a line, so all three compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from lmserve.server.text.bpe import BpeCodec
+    from lmserve.server.text.char import CharCodec
 
 HELP = "Train an RNN/LSTM/GRU language model on a text corpus (one sentence per line)."
 
@@ -33,10 +48,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share the embedding and decoder matrices (needs equal sizes)",
     )
     tok = parser.add_argument_group("tokenizer")
+    tok.add_argument(
+        "--tokenizer",
+        choices=["word", "char", "bpe"],
+        default="word",
+        help="word-level, character-level, or BPE subwords",
+    )
+    tok.add_argument(
+        "--bpe-vocab-size", type=int, default=8000, help="BPE vocabulary (specials included)"
+    )
     tok.add_argument("--lowercase", action="store_true")
     tok.add_argument("--token-pattern", help="words are the matches of this regex")
-    tok.add_argument("--min-count", type=int, default=1, help="rarer words become <unk>")
-    tok.add_argument("--vocab-size", type=int, help="keep only the most frequent words")
+    tok.add_argument(
+        "--min-count",
+        type=int,
+        default=1,
+        help="rarer words (characters; BPE: merge pairs) become <unk> (are not merged)",
+    )
+    tok.add_argument(
+        "--vocab-size", type=int, help="keep only the most frequent words (characters)"
+    )
     opt = parser.add_argument_group("training")
     opt.add_argument("--epochs", type=int, default=20)
     opt.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
@@ -52,31 +83,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     opt.add_argument("--threads", type=int, help="torch intra-op threads")
     opt.add_argument("--resume", action="store_true", help="continue from checkpoint-last.pt")
     opt.add_argument("--no-progress", action="store_true", help="no progress bar")
+    out = parser.add_argument_group("export")
+    out.add_argument("--export", type=Path, metavar="MODEL_DIR", help="export the best model here")
+    out.add_argument("--export-format", choices=["onnx", "torchscript"], default="onnx")
+    out.add_argument("--name", help="model name in the manifest (default: MODEL_DIR's name)")
 
 
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from lmserve.export.rnn.data import build_word_vocab, encode_sentences
+    from lmserve.export.rnn.data import (
+        build_word_vocab,
+        count_words,
+        encode_sentences,
+        split_encoded,
+    )
     from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
     from lmserve.export.rnn.train import TrainConfig, evaluate, train
-    from lmserve.server.registry.manifest import TokenizerSpec
+    from lmserve.server.registry.manifest import TokenizerKind, TokenizerSpec
+    from lmserve.server.text.bpe import BpeCodec
     from lmserve.server.text.word import WordTokenizer
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    spec = TokenizerSpec(lowercase=args.lowercase, pattern=args.token_pattern)
+    kind = {"word": TokenizerKind.WORD, "char": TokenizerKind.CHARACTER, "bpe": TokenizerKind.BPE}[
+        args.tokenizer
+    ]
+    spec = TokenizerSpec(kind=kind, lowercase=args.lowercase, pattern=args.token_pattern)
     tokenizer = WordTokenizer(lowercase=spec.lowercase, pattern=spec.pattern)
 
     def read(path: Path) -> list[list[str]]:
         with path.open(encoding="utf-8") as f:
             return [tokenizer.split(line) for line in f]
 
+    def lines(path: Path) -> list[str]:
+        with path.open(encoding="utf-8") as f:
+            return list(f)
+
     began = time.monotonic()
-    train_words = read(args.corpus)
-    vocab = build_word_vocab(train_words, min_count=args.min_count, max_size=args.vocab_size)
-    index = {w: i for i, w in enumerate(vocab)}
+    subword = None
+    if args.tokenizer == "word":
+        train_words = read(args.corpus)
+        vocab = build_word_vocab(train_words, min_count=args.min_count, max_size=args.vocab_size)
+        index = {w: i for i, w in enumerate(vocab)}
+
+        def encode(path: Path) -> list[np.ndarray]:
+            return encode_sentences(read(path), index)
+
+        train_ids = encode_sentences(train_words, index)
+    else:
+        subword = _train_subword_codec(args, lines(args.corpus))
+        vocab = list(subword.vocab.words)
+
+        def encode(path: Path) -> list[np.ndarray]:
+            assert subword is not None
+            return split_encoded(subword.encode_texts(lines(path)))
+
+        train_ids = encode(args.corpus)
     try:
         model_cfg = RecurrentLMConfig(
             vocab_size=len(vocab),
@@ -104,8 +168,7 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         log(f"lmserve train-rnn: {exc}")
         return 2
-    train_ids = encode_sentences(train_words, index)
-    valid_ids = encode_sentences(read(args.heldout), index)
+    valid_ids = encode(args.heldout)
     log(f"vocabulary {len(vocab)} (specials included), {len(train_ids)} training sentences")
     import torch
 
@@ -115,8 +178,16 @@ def run(args: argparse.Namespace) -> int:
         "vocab": vocab,
         "tokenizer": spec.model_dump(mode="json"),
         "training_corpus": str(args.corpus),
-        "command": "lmserve train-rnn " + " ".join(sys.argv[2:]),
+        # shlex: a --token-pattern must come back quoted for the command to be reproducible.
+        "command": "lmserve train-rnn " + shlex.join(sys.argv[2:]),
+        # Converts the per-token validation perplexity into the per-word one (export-rnn).
+        "valid_counts": {
+            "tokens": sum(len(s) + 1 for s in valid_ids),
+            "words": count_words(lines(args.heldout), spec),
+        },
     }
+    if isinstance(subword, BpeCodec):
+        extra["tokenizer_json"] = subword.to_json()
     valid = train(
         model,
         train_cfg,
@@ -133,9 +204,60 @@ def run(args: argparse.Namespace) -> int:
         "valid_tokens": valid.tokens,
         "train_minutes": round((time.monotonic() - began) / 60, 1),
     }
+    if subword is not None:
+        # Per word (natural log, one </s> a line); the per-token figure is kept beside it.
+        words = count_words(lines(args.heldout), spec)
+        report.update(
+            valid_perplexity=math.exp(-valid.log_prob / words),
+            valid_token_perplexity=valid.perplexity,
+            valid_words=words,
+        )
     if args.test:
-        test = evaluate(model, encode_sentences(read(args.test), index), train_cfg.batch_size)
+        test = evaluate(model, encode(args.test), train_cfg.batch_size)
         report.update(test_perplexity=test.perplexity, test_tokens=test.tokens)
+        if subword is not None:
+            words = count_words(lines(args.test), spec)
+            report.update(
+                test_perplexity=math.exp(-test.log_prob / words),
+                test_token_perplexity=test.perplexity,
+                test_words=words,
+            )
     (args.output_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+    if args.export:
+        return _export(args, log)
+    return 0
+
+
+def _train_subword_codec(args: argparse.Namespace, texts: list[str]) -> CharCodec | BpeCodec:
+    from lmserve.server.text.bpe import BpeCodec
+    from lmserve.server.text.char import CharCodec
+
+    options = {"lowercase": args.lowercase, "pattern": args.token_pattern}
+    if args.tokenizer == "char":
+        return CharCodec.train(texts, min_count=args.min_count, max_size=args.vocab_size, **options)
+    return BpeCodec.train(
+        texts, vocab_size=args.bpe_vocab_size, min_frequency=args.min_count, **options
+    )
+
+
+def _export(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """Exports checkpoint-best.pt as `lmserve export-rnn` would, its metrics from report.json."""
+    from lmserve.export.rnn.export_command import measured_metrics
+    from lmserve.export.rnn.folder import load_checkpoint, write_model_folder
+    from lmserve.export.rnn.train import BEST_CHECKPOINT
+
+    checkpoint = load_checkpoint(args.output_dir / BEST_CHECKPOINT)
+    result = write_model_folder(
+        checkpoint,
+        args.export,
+        fmt=args.export_format,
+        name=args.name,
+        metrics=measured_metrics(checkpoint, log=log),
+        log=log,
+    )
+    log(
+        f"exported {args.export_format} to {result.folder} (parity max |diff| "
+        f"{result.parity.max_abs_diff:.1e})"
+    )
     return 0

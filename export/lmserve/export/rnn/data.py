@@ -3,16 +3,21 @@
 Every sentence is scored on its own, from the initial state, as the server scores a text: the
 input is `<s> w1 .. wn` and the target `w1 .. wn </s>`, so `</s>` is predicted and counted (the
 n-gram convention). Batches group sentences of similar length to keep padding small.
+Word, character and BPE vocabularies all start with `<unk> <s> </s>` (ids 0, 1, 2).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
+
+from lmserve.server.backends.base import EncodedBatch, Vocabulary
+from lmserve.server.registry.manifest import TokenizerKind, TokenizerSpec
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -72,3 +77,46 @@ def length_bucketed_batches(
         rng.shuffle(groups)
     for group in groups:
         yield make_batch([sentences[i] for i in group])
+
+
+class Codec(Protocol):
+    """What training needs of a tokenizer: its vocabulary and a batch encoder."""
+
+    @property
+    def vocab(self) -> Vocabulary: ...
+
+    def encode_texts(self, texts: Sequence[str]) -> EncodedBatch: ...
+
+
+def make_codec(
+    spec: TokenizerSpec, vocab: Sequence[str], tokenizer_json: str | None = None
+) -> Codec:
+    """The codec a checkpoint's tokenizer spec, vocabulary (and tokenizer.json) describe."""
+    from lmserve.server.text.bpe import BpeCodec
+    from lmserve.server.text.char import CharCodec
+    from lmserve.server.text.word import TextEncoder, WordTokenizer
+
+    lowercase, pattern = spec.lowercase, spec.pattern
+    if spec.kind == TokenizerKind.BPE:
+        if tokenizer_json is None:
+            raise ValueError("a BPE tokenizer needs its tokenizer.json")
+        return BpeCodec.from_json(tokenizer_json, lowercase=lowercase, pattern=pattern)
+    if spec.kind == TokenizerKind.CHARACTER:
+        return CharCodec(Vocabulary.from_words(vocab), lowercase=lowercase, pattern=pattern)
+    tokenizer = WordTokenizer(lowercase=lowercase, pattern=pattern)
+    return TextEncoder(tokenizer, Vocabulary.from_words(vocab))
+
+
+def split_encoded(batch: EncodedBatch) -> list[np.ndarray]:
+    """An EncodedBatch as one int64 id array per text (the form training batches take)."""
+    ids = batch.ids.astype(np.int64)
+    return [ids[a:b] for a, b in zip(batch.offsets[:-1], batch.offsets[1:], strict=True)]
+
+
+def count_words(texts: Iterable[str], spec: TokenizerSpec) -> int:
+    """Words as the word tokenizer counts them, plus one `</s>` per text: the per-word footing
+    on which word, character and BPE perplexities compare (natural log)."""
+    from lmserve.server.text.word import WordTokenizer
+
+    tokenizer = WordTokenizer(lowercase=spec.lowercase, pattern=spec.pattern)
+    return sum(len(tokenizer.split(t)) + 1 for t in texts)

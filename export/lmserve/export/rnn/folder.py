@@ -1,0 +1,211 @@
+"""A checkpoint of `lmserve train-rnn` -> a self-describing model folder the server loads.
+
+    MODEL_DIR/
+      model.yaml      kind (cell), format, tokenizer, special tokens, architecture, provenance,
+                      every file with its sha256
+      vocab.txt       one token a line, id = line index (escaped for char/BPE: see text/char.py)
+      tokenizer.json  BPE models only (Hugging Face `tokenizers`)
+      step.onnx score.onnx weights.bin   (--format onnx)   or   model.ts   (--format torchscript)
+
+The folder is assembled beside MODEL_DIR and renamed into place only after the exported model
+has passed the parity check, so a failed export never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
+from lmserve.export.rnn.parity import OnnxRunner, ParityReport, TorchScriptRunner, check_parity
+from lmserve.server.registry.manifest import (
+    FileEntry,
+    ModelFormat,
+    ModelKind,
+    ModelManifest,
+    Provenance,
+    TokenizerKind,
+    TokenizerSpec,
+    read_manifest,
+    sha256_of,
+    verify_files,
+    write_manifest,
+)
+from lmserve.server.text.char import write_vocab_file
+
+ExportFormat = Literal["onnx", "torchscript"]
+VOCAB_FILE = "vocab.txt"
+TOKENIZER_FILE = "tokenizer.json"
+REQUIRED_KEYS = ("model_config", "state_dict", "vocab", "tokenizer")
+
+
+class CheckpointError(ValueError):
+    """The file is not a usable train-rnn checkpoint; the message says why."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    model: RecurrentLM
+    data: dict[str, Any]
+
+    @property
+    def tokenizer(self) -> TokenizerSpec:
+        return TokenizerSpec.model_validate(self.data["tokenizer"])
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Loads and checks a checkpoint; raises CheckpointError with the reason if it is unusable."""
+    import torch
+
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file")
+    try:
+        # weights_only: a checkpoint holds tensors and plain Python values, so loading one can
+        # not run code; a file that needs more is not ours.
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a truncated or foreign file
+        raise CheckpointError(f"{path}: not a readable checkpoint ({exc})") from exc
+    if not isinstance(data, dict) or (missing := [k for k in REQUIRED_KEYS if k not in data]):
+        raise CheckpointError(f"{path}: not a train-rnn checkpoint (missing {missing})")
+    try:
+        config = RecurrentLMConfig(**data["model_config"])
+        model = RecurrentLM(config)
+        model.load_state_dict(data["state_dict"])
+        TokenizerSpec.model_validate(data["tokenizer"])
+    except Exception as exc:  # pydantic ValidationError, load_state_dict's RuntimeError
+        raise CheckpointError(f"{path}: inconsistent checkpoint: {exc}") from exc
+    if len(data["vocab"]) != config.vocab_size:
+        raise CheckpointError(
+            f"{path}: vocabulary has {len(data['vocab'])} entries, the model {config.vocab_size}"
+        )
+    if data["tokenizer"].get("kind") == TokenizerKind.BPE and "tokenizer_json" not in data:
+        raise CheckpointError(f"{path}: BPE checkpoint without its tokenizer_json")
+    model.eval()
+    return Checkpoint(path, model, data)
+
+
+def architecture(config: RecurrentLMConfig, fmt: ExportFormat, opset: int) -> dict[str, Any]:
+    from lmserve.export.rnn.to_onnx import io_names
+
+    arch: dict[str, Any] = {
+        "cell": config.cell,
+        "vocab_size": config.vocab_size,
+        "embedding_size": config.embedding_size,
+        "hidden_size": config.hidden_size,
+        "num_layers": config.num_layers,
+        "tie_weights": config.tie_weights,
+        "dropout": config.dropout,
+        "state_names": list(config.state_names),
+        "state_shape": "[num_layers, batch, hidden_size]",
+    }
+    if fmt == "onnx":
+        arch["opset"] = opset
+        arch.update(io_names(config.cell))
+    else:
+        # Method signatures of model.ts; `c` is an empty tensor for RNN/GRU.
+        arch.update(
+            step_inputs=["tokens", "h", "c"],
+            step_outputs=["log_probs", "h_out", "c_out"],
+            score_inputs=["tokens", "targets", "h", "c"],
+            score_outputs=["token_log_probs", "h_out", "c_out"],
+        )
+    return arch
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    folder: Path
+    manifest: ModelManifest
+    parity: ParityReport
+    export_seconds: float
+    parity_seconds: float
+    bytes: dict[str, int]
+
+
+def write_model_folder(
+    checkpoint: Checkpoint,
+    model_dir: Path,
+    *,
+    fmt: ExportFormat = "onnx",
+    name: str | None = None,
+    description: str = "",
+    metrics: dict[str, float] | None = None,
+    opset: int | None = None,
+    overwrite: bool = False,
+    log: Callable[[str], None] = lambda _: None,
+) -> ExportResult:
+    """Exports, checks parity, writes the manifest, verifies it, then moves the folder in place."""
+    from lmserve.export.rnn.to_onnx import OPSET, export_onnx
+    from lmserve.export.rnn.to_torchscript import export_torchscript
+
+    opset = opset or OPSET
+    model, data, spec = checkpoint.model, checkpoint.data, checkpoint.tokenizer
+    if model_dir.exists() and not _writable(model_dir, overwrite):
+        raise FileExistsError(
+            f"{model_dir} exists and is not an empty folder"
+            + (" or a model folder" if overwrite else " (--overwrite replaces a model folder)")
+        )
+    staging = model_dir.parent / f".{model_dir.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        began = time.monotonic()
+        kind = TokenizerKind(spec.kind)
+        # Word models list words as they are; character/BPE tokens are escaped (text/char.py).
+        write_vocab_file(staging / VOCAB_FILE, data["vocab"], escape=kind != TokenizerKind.WORD)
+        files = {"vocab": VOCAB_FILE}
+        if kind == TokenizerKind.BPE:
+            (staging / TOKENIZER_FILE).write_text(data["tokenizer_json"], encoding="utf-8")
+            files["tokenizer"] = TOKENIZER_FILE
+            spec = spec.model_copy(update={"file": "tokenizer"})
+        if fmt == "onnx":
+            files.update(export_onnx(model, staging, opset=opset))
+        else:
+            files.update(export_torchscript(model, staging))
+        exported = time.monotonic()
+        log(f"exported {fmt} in {exported - began:.1f}s; checking parity with PyTorch eager")
+        runner = OnnxRunner if fmt == "onnx" else TorchScriptRunner
+        parity = check_parity(model, runner(staging, model.config.cell))
+        checked = time.monotonic()
+        manifest = ModelManifest(
+            name=name or model_dir.name,
+            kind=ModelKind(model.config.cell),
+            format=ModelFormat(fmt),
+            description=description,
+            files={k: FileEntry(path=p, sha256=sha256_of(staging / p)) for k, p in files.items()},
+            tokenizer=spec,
+            architecture=architecture(model.config, fmt, opset),
+            provenance=Provenance(
+                training_corpus=data.get("training_corpus"),
+                trained_by=data.get("command"),
+                created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                metrics={k: v for k, v in (metrics or {}).items() if math.isfinite(v)},
+            ),
+        )
+        write_manifest(staging, manifest)
+        verify_files(staging, read_manifest(staging))
+        sizes = {p: (staging / p).stat().st_size for p in files.values()}
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        staging.rename(model_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ExportResult(model_dir, manifest, parity, exported - began, checked - exported, sizes)
+
+
+def _writable(folder: Path, overwrite: bool) -> bool:
+    """An empty folder is filled; a model folder is replaced only when asked; nothing else."""
+    if not folder.is_dir():
+        return False
+    if not any(folder.iterdir()):
+        return True
+    return overwrite and (folder / "model.yaml").is_file()

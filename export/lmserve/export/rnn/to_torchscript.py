@@ -1,0 +1,119 @@
+"""TorchScript export of a `RecurrentLM`: one `model.ts` with `step` and `score` methods.
+
+    step(tokens, h, c) -> (log_probs [batch, time, vocab], h_out, c_out)
+    score(tokens, targets, h, c) -> (token_log_probs [batch, time], h_out, c_out)
+
+Log-probabilities are natural logs. The signature is the same for every cell: RNN and GRU take
+`c` as an empty tensor and return it unchanged. The module is scripted (not traced), so batch
+and time stay free.
+
+torch 2.13 deprecates TorchScript (`torch.jit.script/save/load` warn on every call); it still
+works, and `quiet_torchscript` silences exactly those notices around our own calls. Its
+successors are `torch.export` (a portable graph) and AOTInductor (ahead-of-time compiled code).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lmserve.export.rnn.model import RecurrentLM
+
+MODEL_FILE = "model.ts"
+# The start of the notice `torch.jit.script`, `.save` and `.load` give in torch 2.13.
+DEPRECATION_MESSAGE = r"`torch\.jit\.\w+` is deprecated"
+
+
+@contextmanager
+def quiet_torchscript() -> Iterator[None]:
+    """Ignores TorchScript's own deprecation notice inside the block; other warnings pass."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=DEPRECATION_MESSAGE, category=DeprecationWarning)
+        yield
+
+
+def load_torchscript(path: Path) -> torch.jit.ScriptModule:
+    """Loads a `model.ts` on the CPU, in eval mode, without the deprecation notice."""
+    with quiet_torchscript():
+        module = torch.jit.load(str(path), map_location="cpu")
+    module.eval()
+    return module
+
+
+class _Decoder(nn.Module):
+    """Embedding lookup and the decoder as one 2-D matmul, shared by both scriptable classes."""
+
+    def __init__(self, model: RecurrentLM) -> None:
+        super().__init__()
+        self.embedding = model.embedding
+        self.decoder = model.decoder
+
+    def log_probs(self, out: Tensor, tokens: Tensor) -> Tensor:
+        logits = F.linear(out.reshape(-1, out.shape[-1]), self.decoder.weight, self.decoder.bias)
+        return torch.log_softmax(logits.reshape(tokens.shape[0], tokens.shape[1], -1), dim=-1)
+
+
+class ScriptedLSTM(nn.Module):
+    def __init__(self, model: RecurrentLM) -> None:
+        super().__init__()
+        self.head = _Decoder(model)
+        self.rnn = model.rnn
+
+    @torch.jit.export
+    def step(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        out, (h_out, c_out) = self.rnn(self.head.embedding(tokens), (h, c))
+        return self.head.log_probs(out, tokens), h_out, c_out
+
+    @torch.jit.export
+    def score(
+        self, tokens: Tensor, targets: Tensor, h: Tensor, c: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        lp, h_out, c_out = self.step(tokens, h, c)
+        return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), h_out, c_out
+
+    def forward(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.step(tokens, h, c)
+
+
+class ScriptedRNN(nn.Module):
+    """Elman RNN or GRU: one state tensor; `c` is passed through untouched."""
+
+    def __init__(self, model: RecurrentLM) -> None:
+        super().__init__()
+        self.head = _Decoder(model)
+        self.rnn = model.rnn
+
+    @torch.jit.export
+    def step(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        out, h_out = self.rnn(self.head.embedding(tokens), h)
+        return self.head.log_probs(out, tokens), h_out, c
+
+    @torch.jit.export
+    def score(
+        self, tokens: Tensor, targets: Tensor, h: Tensor, c: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        lp, h_out, c_out = self.step(tokens, h, c)
+        return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), h_out, c_out
+
+    def forward(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.step(tokens, h, c)
+
+
+def export_torchscript(model: RecurrentLM, folder: Path) -> dict[str, str]:
+    """Writes `model.ts` into `folder`; returns {files key: name}."""
+    was_training = model.training
+    model.eval()
+    wrapper = ScriptedLSTM(model) if model.config.cell == "lstm" else ScriptedRNN(model)
+    try:
+        with quiet_torchscript():
+            scripted = torch.jit.script(wrapper.eval())
+            torch.jit.save(scripted, str(folder / MODEL_FILE))
+    finally:
+        model.train(was_training)
+    return {"model": MODEL_FILE}
