@@ -69,7 +69,7 @@ class InterpolatedBackend:
     def vocab(self) -> Vocabulary:
         return self._vocab
 
-    def _component_batch(self, batch: EncodedBatch, k: int) -> EncodedBatch:
+    def component_batch(self, batch: EncodedBatch, k: int) -> EncodedBatch:
         ids = self._maps[k][batch.ids] if len(batch.ids) else batch.ids
         return EncodedBatch(ids=ids, offsets=batch.offsets, oov=batch.oov)
 
@@ -80,9 +80,7 @@ class InterpolatedBackend:
         per_component: list[FloatArray] = []
         offsets: npt.NDArray[np.int64] | None = None
         for k, backend in enumerate(self.components):
-            scores = backend.score(
-                self._component_batch(batch, k), bos=bos, eos=eos, per_token=True
-            )
+            scores = backend.score(self.component_batch(batch, k), bos=bos, eos=eos, per_token=True)
             assert scores.token_log_probs is not None and scores.token_offsets is not None
             per_component.append(scores.token_log_probs + self._log_weights[k])
             offsets = scores.token_offsets
