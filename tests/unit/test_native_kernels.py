@@ -127,9 +127,9 @@ def test_scorer_rejects_bad_input(models: tuple[NgramModel, NgramModel]) -> None
             ids, np.array([0, 3], np.int64), True, True, totals, np.empty(3), np.empty(3, np.int32)
         )
     with pytest.raises(TypeError):
-        kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), (), (), (), 0, 0, 0)
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), 0, 0, 0)
     with pytest.raises(ValueError):
-        kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), (), (), (), 0, 5)
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), 0, 5)
     fresh = kernel_module.Scorer.__new__(kernel_module.Scorer)
     with pytest.raises(RuntimeError):
         fresh.score(ids, np.array([0, 3], np.int64), True, True, totals)

@@ -11,18 +11,26 @@
  *
  * The state after a word holds the entries found ending at it (order 1 up to order N-1).
  *
- * Lookups use the same tables as `hashing.py`: an order-k entry's key is
- * `(index of its order-(k-1) prefix) << 32 | last word id`, its home bucket is
- *     mixed  = (key * 0x9E3779B97F4A7C15) >> 32        (uint64, wrapping)
- *     bucket = (mixed * n_buckets) >> 32
- * and the bucket's keys are `keys[bucket_start[b]:bucket_start[b+1]]`, values in `vals`.
+ * Each order k >= 2 has a probing hash table (`hashing.ProbingTable`): 16-byte slots
+ * {uint64 key; float prob; float backoff}, four to a cache line, so finding an entry also brings
+ * its log-prob and backoff. An order-k entry's key is `(slot of its order-(k-1) prefix) << 32 |
+ * last word id` (order 1's "slot" is the word id); its home slot is
+ *     mixed = (key * 0x9E3779B97F4A7C15) >> 32        (uint64, wrapping)
+ *     home  = (mixed * n_home) >> 32
+ * and it lies in the first slot from there holding it, before the first empty slot (key ~0).
+ * Probing runs forward and never wraps; the table's last slot is always empty, so a walk always
+ * ends inside the array.
  *
  * Every model has every suffix of an entry as an entry (`build.py` fills gaps as KenLM does), so
  * the first miss while extending the chain ends the search: no longer n-gram can match either.
  *
+ * Memory-level parallelism: the keys of all of a token's lookups (orders 2..N) depend only on
+ * the state left by the previous token, so the loop computes every home slot and prefetches
+ * them all before resolving any; the cache misses of one token overlap instead of queueing.
+ *
  * The model arrays are taken once, through the buffer protocol, by `Scorer(...)`, which keeps the
  * views (and so the numpy arrays or memory maps) alive and checks them once: lengths, dtypes and
- * that every bucket range and every stored value lies inside its array. `Scorer.score` then only
+ * the table shapes that keep every probe inside its array. `Scorer.score` then only
  * checks the per-call inputs (ids in the vocabulary, offsets monotone, output sizes).
  */
 #define PY_SSIZE_T_CLEAN
@@ -34,16 +42,22 @@
 #define MAX_ORDER 16 /* orders above this are refused; KenLM's default limit is 6 */
 
 static const uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
+static const uint64_t kEmpty = ~0ULL; /* never a key: slot indices stay below 2**32 - 1 */
 
-/* One order k >= 2: its hash table and its per-entry probabilities (and backoffs if k < N). */
+/* One slot of a probing table; the Python side's `hashing.SLOT_DTYPE` (little-endian). */
 typedef struct {
-    const uint64_t *keys;
-    const int32_t *vals;
-    const int64_t *bucket_start;
-    uint64_t n_buckets;
-    const float *prob;
-    const float *backoff; /* NULL for the highest order */
-    Py_ssize_t n_entries; /* len(prob) */
+    uint64_t key;
+    float prob;
+    float backoff; /* 0 for the highest order */
+} Slot;
+
+_Static_assert(sizeof(Slot) == 16, "a slot is 16 bytes: four per cache line");
+
+/* One order k >= 2: its probing table. */
+typedef struct {
+    const Slot *slots;
+    uint64_t n_home;    /* home slots: [0, n_home); n_home < n_slots */
+    Py_ssize_t n_slots; /* the last one is empty */
 } Order;
 
 typedef struct {
@@ -53,8 +67,8 @@ typedef struct {
     Py_ssize_t vocab_size;
     const double *uni_prob;
     const double *uni_backoff; /* NULL when order == 1 */
-    Order orders[MAX_ORDER];   /* orders[k] describes order k (k >= 2) */
-    Py_buffer views[2 + 5 * MAX_ORDER];
+    Order orders[MAX_ORDER + 1]; /* orders[k] describes order k (k >= 2) */
+    Py_buffer views[2 + MAX_ORDER];
     int n_views;
 } ScorerObject;
 
@@ -120,18 +134,28 @@ scorer_view(ScorerObject *self, PyObject *obj, char kind, Py_ssize_t itemsize, P
 
 /* ---- the hash lookup ---------------------------------------------------------------------- */
 
-static inline int32_t
-lookup(const Order *o, uint64_t key)
+static inline uint64_t
+home_slot(const Order *o, uint64_t key)
 {
     uint64_t mixed = (key * kMultiplier) >> 32;
-    uint64_t bucket = (mixed * o->n_buckets) >> 32; /* < n_buckets: mixed < 2**32 */
-    int64_t lo = o->bucket_start[bucket], hi = o->bucket_start[bucket + 1];
-    for (int64_t slot = lo; slot < hi; slot++) {
-        if (o->keys[slot] == key) {
-            return o->vals[slot];
+    return (mixed * o->n_home) >> 32; /* < n_home: mixed < 2**32 */
+}
+
+/* The slot holding `key`, probing from `slot` (its home), or -1. Stops at the first empty slot;
+ * the table's last slot is empty, so the walk stays inside it. */
+static inline int64_t
+probe(const Order *o, uint64_t key, uint64_t slot)
+{
+    for (;;) {
+        uint64_t got = o->slots[slot].key;
+        if (got == key) {
+            return (int64_t)slot;
         }
+        if (got == kEmpty) {
+            return -1;
+        }
+        slot++;
     }
-    return -1;
 }
 
 /* ---- Scorer ------------------------------------------------------------------------------- */
@@ -159,31 +183,28 @@ check_tuple(PyObject *t, Py_ssize_t n, const char *what)
 static int
 Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"uni_prob", "uni_backoff", "probs", "backoffs", "keys",
-                             "vals",     "bucket_start", "bos_id", "eos_id", NULL};
-    PyObject *uni_prob, *uni_backoff, *probs, *backoffs, *keys, *vals, *starts;
+    static char *kwlist[] = {"uni_prob", "uni_backoff", "tables", "n_home",
+                             "bos_id",   "eos_id",      NULL};
+    PyObject *uni_prob, *uni_backoff, *tables, *homes;
     int bos_id, eos_id;
     if (self->n_views) {
         PyErr_SetString(PyExc_RuntimeError, "Scorer is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOii", kwlist, &uni_prob, &uni_backoff,
-                                     &probs, &backoffs, &keys, &vals, &starts, &bos_id,
-                                     &eos_id)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii", kwlist, &uni_prob, &uni_backoff,
+                                     &tables, &homes, &bos_id, &eos_id)) {
         return -1;
     }
-    if (!PyTuple_Check(probs)) {
-        PyErr_SetString(PyExc_TypeError, "probs must be a tuple of arrays (orders 2..N)");
+    if (!PyTuple_Check(tables)) {
+        PyErr_SetString(PyExc_TypeError, "tables must be a tuple of arrays (orders 2..N)");
         return -1;
     }
-    Py_ssize_t order = PyTuple_GET_SIZE(probs) + 1;
+    Py_ssize_t order = PyTuple_GET_SIZE(tables) + 1;
     if (order > MAX_ORDER) {
         PyErr_Format(PyExc_ValueError, "order %zd is above the limit of %d", order, MAX_ORDER);
         return -1;
     }
-    if (check_tuple(backoffs, order > 1 ? order - 2 : 0, "backoffs") < 0 ||
-        check_tuple(keys, order - 1, "keys") < 0 || check_tuple(vals, order - 1, "vals") < 0 ||
-        check_tuple(starts, order - 1, "bucket_start") < 0) {
+    if (check_tuple(homes, order - 1, "n_home") < 0) {
         return -1;
     }
     self->order = (int)order;
@@ -194,6 +215,10 @@ Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
     }
     if (bos_id < 0 || bos_id >= self->vocab_size || eos_id < 0 || eos_id >= self->vocab_size) {
         PyErr_SetString(PyExc_ValueError, "bos_id/eos_id outside the vocabulary");
+        return -1;
+    }
+    if ((uint64_t)self->vocab_size >= kEmpty >> 32) {
+        PyErr_SetString(PyExc_ValueError, "vocabulary too large for 32-bit word ids");
         return -1;
     }
     self->bos_id = bos_id;
@@ -211,59 +236,27 @@ Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
     }
     for (Py_ssize_t k = 2; k <= order; k++) {
         Order *o = &self->orders[k];
-        Py_ssize_t n_keys, n_vals, n_starts;
-        o->prob = scorer_view(self, PyTuple_GET_ITEM(probs, k - 2), 'f', 4, &o->n_entries,
-                              "probs");
-        if (!o->prob) {
+        Py_ssize_t n_words;
+        const uint64_t *raw =
+            scorer_view(self, PyTuple_GET_ITEM(tables, k - 2), 'u', 8, &n_words, "tables");
+        if (!raw) {
             return -1;
         }
-        o->backoff = NULL;
-        if (k < order) {
-            o->backoff =
-                scorer_view(self, PyTuple_GET_ITEM(backoffs, k - 2), 'f', 4, &n, "backoffs");
-            if (!o->backoff) {
-                return -1;
-            }
-            if (n != o->n_entries) {
-                PyErr_Format(PyExc_ValueError, "order %zd: backoffs and probs differ in length",
-                             k);
-                return -1;
-            }
-        }
-        o->keys = scorer_view(self, PyTuple_GET_ITEM(keys, k - 2), 'u', 8, &n_keys, "keys");
-        if (!o->keys) {
+        unsigned long long n_home = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(homes, k - 2));
+        if (n_home == (unsigned long long)-1 && PyErr_Occurred()) {
             return -1;
         }
-        o->vals = scorer_view(self, PyTuple_GET_ITEM(vals, k - 2), 'i', 4, &n_vals, "vals");
-        if (!o->vals) {
+        /* The shape that keeps every probe in bounds: home slots below n_home < n_slots, the
+         * last slot empty, and slot indices (the next order's key prefixes) below 2**32 - 1. */
+        o->slots = (const Slot *)raw;
+        o->n_slots = n_words / 2;
+        if (n_words % 2 || o->n_slots < 2 || (uint64_t)o->n_slots >= kEmpty >> 32 ||
+            n_home < 1 || n_home >= (unsigned long long)o->n_slots ||
+            o->slots[o->n_slots - 1].key != kEmpty) {
+            PyErr_Format(PyExc_ValueError, "order %zd: malformed probing table", k);
             return -1;
         }
-        o->bucket_start = scorer_view(self, PyTuple_GET_ITEM(starts, k - 2), 'i', 8, &n_starts,
-                                      "bucket_start");
-        if (!o->bucket_start) {
-            return -1;
-        }
-        if (n_keys != n_vals || n_starts < 2 || (uint64_t)(n_starts - 1) > UINT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "order %zd: malformed hash table", k);
-            return -1;
-        }
-        o->n_buckets = (uint64_t)(n_starts - 1);
-        /* Every bucket range inside the key array, every value an entry of this order. */
-        int64_t prev = 0;
-        for (Py_ssize_t b = 0; b < n_starts; b++) {
-            int64_t s = o->bucket_start[b];
-            if (s < prev || s > n_keys) {
-                PyErr_Format(PyExc_ValueError, "order %zd: bucket_start out of range", k);
-                return -1;
-            }
-            prev = s;
-        }
-        for (Py_ssize_t i = 0; i < o->bucket_start[n_starts - 1]; i++) {
-            if (o->vals[i] < 0 || o->vals[i] >= o->n_entries) {
-                PyErr_Format(PyExc_ValueError, "order %zd: a table value is out of range", k);
-                return -1;
-            }
-        }
+        o->n_home = (uint64_t)n_home;
     }
     return 0;
 }
@@ -276,41 +269,50 @@ score_text(const ScorerObject *s, const int32_t *words, Py_ssize_t n, int bos, i
            double *lp, int32_t *matched_out)
 {
     const int order = s->order;
-    /* KenLM's state: the entries found ending at the previous token, orders 1..len. */
-    int32_t state[MAX_ORDER];
+    /* KenLM's state: what was found ending at the previous token, orders 1..len: state[0] is
+     * the word id, state[j-1] for j >= 2 the slot of the order-j entry in its table. */
+    uint32_t state[MAX_ORDER];
     int len = 0;
     double total = 0.0;
     Py_ssize_t n_tokens = n + eos;
     Py_ssize_t out = 0;
     if (bos) {
         /* <s> is context only: not scored, and it starts the chain like any word. */
-        state[0] = s->bos_id;
+        state[0] = (uint32_t)s->bos_id;
         len = order > 1 ? 1 : 0; /* a unigram model keeps no context */
     }
     for (Py_ssize_t i = 0; i < n_tokens; i++) {
-        int32_t w = i < n ? words[i] : s->eos_id;
+        uint32_t w = (uint32_t)(i < n ? words[i] : s->eos_id);
+        /* Orders 2..len+1 can match: the order-k key extends the state's order-(k-1) entry.
+         * First every key and home slot, each prefetched, so that the misses overlap... */
+        int n_try = len < order - 1 ? len : order - 1;
+        uint64_t key[MAX_ORDER], home[MAX_ORDER];
+        for (int j = 0; j < n_try; j++) {
+            const Order *o = &s->orders[j + 2];
+            key[j] = ((uint64_t)state[j] << 32) | w;
+            home[j] = home_slot(o, key[j]);
+            __builtin_prefetch(&o->slots[home[j]]);
+        }
+        /* ...then resolve them in order; the first miss ends the chain. */
         double p = s->uni_prob[w];
         int matched = 1;
-        int32_t next[MAX_ORDER];
+        uint32_t next[MAX_ORDER];
         next[0] = w;
-        /* Extend the chain: order k's key is (order k-1 entry ending at the previous word) << 32
-         * | w. The state holds those entries for k-1 = 1..len. */
-        int k = 2;
-        for (; k <= order && k - 1 <= len; k++) {
-            uint64_t key = ((uint64_t)(uint32_t)state[k - 2] << 32) | (uint32_t)w;
-            int32_t e = lookup(&s->orders[k], key);
-            if (e < 0) {
+        for (int j = 0; j < n_try; j++) {
+            const Order *o = &s->orders[j + 2];
+            int64_t slot = probe(o, key[j], home[j]);
+            if (slot < 0) {
                 break;
             }
-            p = s->orders[k].prob[e];
-            next[k - 1] = e;
-            matched = k;
+            p = o->slots[slot].prob;
+            next[j + 1] = (uint32_t)slot;
+            matched = j + 2;
         }
         /* FullScore: add the backoffs of the state's contexts of length >= matched (those not
          * extended by w). The state entry of length j is state[j-1]. */
         double backoff = 0.0;
         for (int j = matched; j <= len; j++) {
-            backoff += j == 1 ? s->uni_backoff[state[0]] : s->orders[j].backoff[state[j - 1]];
+            backoff += j == 1 ? s->uni_backoff[state[0]] : s->orders[j].slots[state[j - 1]].backoff;
         }
         p += backoff;
         total += p;
@@ -321,7 +323,7 @@ score_text(const ScorerObject *s, const int32_t *words, Py_ssize_t n, int bos, i
         }
         /* The new state: entries of orders 1..min(matched, N-1) ending at w. */
         len = matched < order ? matched : order - 1;
-        memcpy(state, next, (size_t)len * sizeof(int32_t));
+        memcpy(state, next, (size_t)len * sizeof(uint32_t));
     }
     return total;
 }
@@ -455,9 +457,10 @@ static PyGetSetDef Scorer_getset[] = {
 static PyTypeObject ScorerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "lmserve.server.backends.ngram._kernel.Scorer",
-    .tp_doc = PyDoc_STR("Scorer(uni_prob, uni_backoff, probs, backoffs, keys, vals, "
-                        "bucket_start, bos_id, eos_id)\n--\n\n"
-                        "One model's arrays (orders 2..N in the tuples), held for scoring."),
+    .tp_doc = PyDoc_STR("Scorer(uni_prob, uni_backoff, tables, n_home, bos_id, eos_id)\n--\n\n"
+                        "One model's arrays, held for scoring: float64 unigram log-probs and\n"
+                        "backoffs, and per order 2..N a probing table (uint64 pairs) and its\n"
+                        "number of home slots."),
     .tp_basicsize = sizeof(ScorerObject),
     .tp_itemsize = 0,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -471,7 +474,7 @@ static PyTypeObject ScorerType = {
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "lmserve.server.backends.ngram._kernel",
-    .m_doc = "The n-gram scoring loop in C (KenLM's FullScore over lmserve's hash tables).",
+    .m_doc = "The n-gram scoring loop in C (KenLM's FullScore over lmserve's probing tables).",
     .m_size = -1,
 };
 

@@ -11,11 +11,8 @@ class Scorer:
         self,
         uni_prob: Buffer,
         uni_backoff: Buffer,
-        probs: tuple[Buffer, ...],
-        backoffs: tuple[Buffer, ...],
-        keys: tuple[Buffer, ...],
-        vals: tuple[Buffer, ...],
-        bucket_start: tuple[Buffer, ...],
+        tables: tuple[Buffer, ...],
+        n_home: tuple[int, ...],
         bos_id: int,
         eos_id: int,
     ) -> None: ...

@@ -4,14 +4,20 @@ Like KenLM's binary format (`lm/binary_format.cc`) it is the in-memory layout wr
 so loading is an `mmap` plus a header check, a few milliseconds for any size of model.
 
     offset 0   magic b"LMSNGRAM", u32 version, u32 header length, u32 crc32 of the header, u32 0
-    offset 24  the header: UTF-8 JSON {order, counts, max_bucket, file_size, arrays: [{name, dtype,
+    offset 24  the header: UTF-8 JSON {order, counts, n_home, file_size, arrays: [{name, dtype,
                shape, offset, nbytes, crc32}]}
     then       each array, little-endian, starting at a multiple of 64 bytes
 
 Arrays: `vocab` (the words, UTF-8, joined by newlines: ARPA words never hold whitespace),
-`prob.k`, `word.k`, and for k < N `backoff.k`, `child.k`; for k >= 2 the hash table `slot_key.k`,
-`slot_val.k`, `bucket.k` (see `hashing.py`). Per-array crc32s are checked only when asked
-(`verify=True`): the registry already checks the file's sha256 against the manifest.
+`prob.k`, `word.k`, and for k < N `backoff.k`, `child.k`; for k >= 2 the scoring table `table.k`
+(16-byte slots `{u64 key, f32 prob, f32 backoff}` stored as u64 pairs) with `n_home[k-1]` home
+slots, and `entry.k` (slot -> entry index); see `hashing.ProbingTable`. Per-array crc32s are
+checked only when asked (`verify=True`): the registry already checks the file's sha256 against
+the manifest.
+
+Versions: 1 held bucketed hash tables (`slot_key.k`, `slot_val.k`, `bucket.k`); 2 holds the
+probing tables. An older file is refused with `BinaryVersionError` (which says both versions);
+`NgramModel.load(..., arpa_fallback=...)` then compiles the model's ARPA copy instead.
 """
 
 from __future__ import annotations
@@ -27,11 +33,26 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.ngram.build import NgramArrays
-from lmserve.server.backends.ngram.hashing import HashTable
+from lmserve.server.backends.ngram.hashing import SLOT_DTYPE, ProbingTable
 from lmserve.server.errors import ModelLoadError
 
 MAGIC = b"LMSNGRAM"
-VERSION = 1
+VERSION = 2
+
+
+class BinaryVersionError(ModelLoadError):
+    """A well-formed `.lmbin` of another format version (rebuild it from its ARPA)."""
+
+    def __init__(self, path: str, found: int) -> None:
+        super().__init__(
+            path,
+            f"binary format version {found}, expected {VERSION}: rebuild the binary from its "
+            "ARPA (`lmserve import-arpa` or `make models`)",
+        )
+        self.found = found
+        self.expected = VERSION
+
+
 _FIXED = struct.Struct("<8sIII4x")
 _ALIGN = 64
 
@@ -45,11 +66,10 @@ def _named_arrays(a: NgramArrays) -> list[tuple[str, np.ndarray[Any, Any]]]:
         if k < a.order:
             out.append((f"backoff.{k}", a.backoffs[k - 1]))
             out.append((f"child.{k}", a.child_start[k - 1]))
-        table = a.tables[k - 1]
-        if table is not None:
-            out.append((f"slot_key.{k}", table.keys))
-            out.append((f"slot_val.{k}", table.vals))
-            out.append((f"bucket.{k}", table.bucket_start))
+        if k >= 2:
+            table = a.tables[k - 2]
+            out.append((f"table.{k}", table.words))
+            out.append((f"entry.{k}", table.entry))
     return out
 
 
@@ -64,7 +84,7 @@ def save_arrays(a: NgramArrays, path: Path) -> None:
     header: dict[str, Any] = {
         "order": a.order,
         "counts": a.counts,
-        "max_bucket": [t.max_bucket if t is not None else 0 for t in a.tables],
+        "n_home": [0] + [t.n_home for t in a.tables],
         "arrays": entries,
     }
     # The header's length depends on the offsets in it: lay out with a generous fixed budget.
@@ -111,7 +131,7 @@ def load_arrays(path: Path, *, verify: bool = False) -> NgramArrays:
     if magic != MAGIC:
         raise ModelLoadError(where, f"not an lmserve n-gram binary (magic {magic!r})")
     if version != VERSION:
-        raise ModelLoadError(where, f"binary format version {version}, expected {VERSION}")
+        raise BinaryVersionError(where, version)
     blob = buf[_FIXED.size : _FIXED.size + header_len]
     if len(blob) != header_len or zlib.crc32(blob) != header_crc:
         raise ModelLoadError(where, "corrupt header (crc32 mismatch)")
@@ -151,15 +171,13 @@ def _assemble(
     words = [arrays[f"word.{k}"] for k in range(1, order + 1)]
     backoffs = [arrays[f"backoff.{k}"] for k in range(1, order)]
     child = [arrays[f"child.{k}"] for k in range(1, order)]
-    tables: list[HashTable | None] = [None]
+    tables: list[ProbingTable] = []
     for k in range(2, order + 1):
+        raw = arrays[f"table.{k}"]
+        if raw.dtype != np.uint64 or raw.ndim != 1 or len(raw) % 2:
+            raise ModelLoadError(where, f"order {k} scoring table is malformed")
         tables.append(
-            HashTable(
-                arrays[f"slot_key.{k}"],
-                arrays[f"slot_val.{k}"],
-                arrays[f"bucket.{k}"],
-                int(header["max_bucket"][k - 1]),
-            )
+            ProbingTable(raw.view(SLOT_DTYPE), arrays[f"entry.{k}"], int(header["n_home"][k - 1]))
         )
     # Cheap consistency checks, so that a damaged file fails here and not inside a lookup.
     if len(probs[0]) != len(vocab):
@@ -171,15 +189,10 @@ def _assemble(
         if int(child[k - 1][0]) != 0 or int(child[k - 1][-1]) != n_next:
             raise ModelLoadError(where, f"order {k} child offsets are inconsistent")
     for k in range(2, order + 1):
-        table = tables[k - 1]
-        assert table is not None
-        if len(words[k - 1]) != len(probs[k - 1]) or len(table.keys) != len(table.vals):
+        if len(words[k - 1]) != len(probs[k - 1]):
             raise ModelLoadError(where, f"order {k} arrays differ in length")
-        starts = table.bucket_start
-        if len(table.keys) != len(probs[k - 1]) + max(table.max_bucket, 1) or int(starts[0]):
-            raise ModelLoadError(where, f"order {k} hash table is inconsistent")
-        if int(starts[-1]) != len(probs[k - 1]) or len(starts) < 2:
-            raise ModelLoadError(where, f"order {k} hash table is inconsistent")
+        if len(tables[k - 2].slots) <= len(probs[k - 1]):
+            raise ModelLoadError(where, f"order {k} scoring table is inconsistent")
     return NgramArrays(
         vocab=vocab,
         counts=counts,

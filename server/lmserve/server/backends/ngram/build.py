@@ -1,8 +1,10 @@
 """Turns a parsed ARPA model into the arrays the engine scores with (`NgramArrays`).
 
 Per order k the entries are sorted by (prefix index, last word): the children of a context are
-contiguous (CSR, `child_start`), which makes a whole next-word distribution a few slice writes,
-and each entry's exact key `prefix << 32 | word` goes into a hash table for scoring.
+contiguous (CSR, `child_start`), which makes a whole next-word distribution a few slice writes.
+While building, each entry's exact key `prefix << 32 | word` goes into a bucketed hash table
+(`HashTable`) to find prefixes and suffixes; the finished model scores with one probing table per
+order (`ProbingTable`: key, prob and backoff in one 16-byte slot, keyed by the prefix's slot).
 
 ARPA files from pruned SRILM models can lack lower-order entries that KenLM relies on. KenLM
 fills them in while loading (`lm/search_hashed.cc`, `FixSRI`: a missing suffix of an n-gram
@@ -22,7 +24,12 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.ngram.arpa import ArpaModel
-from lmserve.server.backends.ngram.hashing import HashTable, make_keys
+from lmserve.server.backends.ngram.hashing import (
+    HashTable,
+    ProbingTable,
+    build_probing_tables,
+    make_keys,
+)
 from lmserve.server.errors import ArpaFormatError
 
 LN10 = math.log(10.0)
@@ -40,7 +47,8 @@ class NgramArrays:
     """Everything a model needs, as flat arrays (natural logs, float32).
 
     Order k is at list position k-1. `words[0]` is `arange(V)` (unigram index == word id);
-    `child_start[k-1]` has len(order k)+1 entries for k < N; `tables[k-1]` is None for k=1.
+    `child_start[k-1]` has len(order k)+1 entries for k < N. `tables[k-2]` is order k's
+    scoring table (`hashing.ProbingTable`, k >= 2), keyed by the prefix's slot in order k-1's.
     """
 
     vocab: list[str]
@@ -49,7 +57,7 @@ class NgramArrays:
     backoffs: list[F32]  # orders 1..N-1
     words: list[I32]
     child_start: list[I64]  # orders 1..N-1
-    tables: list[HashTable | None] = field(default_factory=list)
+    tables: list[ProbingTable] = field(default_factory=list)
 
     @property
     def order(self) -> int:
@@ -169,7 +177,7 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         backoffs=backoffs,
         words=words,
         child_start=child_start,
-        tables=tables,
+        tables=build_probing_tables(probs, backoffs, words, child_start),
     )
 
 

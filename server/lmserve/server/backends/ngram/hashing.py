@@ -99,3 +99,143 @@ class HashTable:
             if self.keys[slot] == k:
                 return int(self.vals[slot])
         return -1
+
+
+# -- the scoring table ---------------------------------------------------------------------------
+
+# One slot: the exact key, then the entry's log-prob and backoff (natural logs). 16 bytes, so
+# four slots share a 64-byte cache line and a lookup's key, prob and backoff arrive together.
+SLOT_DTYPE = np.dtype([("key", "<u8"), ("prob", "<f4"), ("backoff", "<f4")])
+# Slots per entry: load factor 1/1.5, KenLM's default `probing_multiplier`.
+SLOTS_PER_KEY = 1.5
+
+
+def home_slots(keys: U64, n_home: int) -> I64:
+    """A key's first slot: the same multiply-shift hash as the bucket tables (`home_buckets`)."""
+    return home_buckets(keys, n_home)
+
+
+class ProbingTable:
+    """Open addressing with linear probing over 16-byte slots `{key, prob, backoff}`.
+
+    The table KenLM scores with (`lm/search_hashed.cc`, "probing"), holding exact keys: a key's
+    home slot is `home_slots(key, n_home)` and its entry is in the first slot from there whose
+    key is the key, before the first empty slot (key `EMPTY`). Probing runs forward only, never
+    wrapping: slots past `n_home` are overflow, and the last slot is always empty, so every walk
+    ends inside the array.
+
+    `entry[slot]` is the slot's index in the order's CSR arrays (`NgramArrays`), -1 if empty.
+    The scoring loop never reads it; `next_token_log_probs` and the numpy path's per-entry
+    arrays do.
+    """
+
+    __slots__ = ("slots", "entry", "n_home")
+
+    def __init__(self, slots: npt.NDArray[np.void], entry: I32, n_home: int) -> None:
+        if slots.dtype != SLOT_DTYPE or slots.ndim != 1 or len(entry) != len(slots):
+            raise ValueError("malformed probing table")
+        if not 1 <= n_home < len(slots) or slots["key"][-1] != EMPTY:
+            raise ValueError("probing table: the last slot must be empty, after the home slots")
+        self.slots, self.entry, self.n_home = slots, entry, n_home
+
+    @classmethod
+    def build(
+        cls,
+        keys: U64,
+        probs: npt.NDArray[np.float32],
+        backoffs: npt.NDArray[np.float32] | None,
+        slots_per_key: float = SLOTS_PER_KEY,
+    ) -> ProbingTable:
+        """Places distinct `keys` (entry i has key `keys[i]`), vectorised.
+
+        Linear probing without wrap-around, inserting in home order, puts the i-th key (sorted
+        by home h) at `max over j <= i of (h_j + i - j)`: a running maximum, no loop.
+        """
+        n = len(keys)
+        n_home = max(1, int(n * slots_per_key))
+        home = home_slots(keys, n_home)
+        order = np.argsort(home, kind="stable")
+        rank = np.arange(n, dtype=np.int64)
+        place = np.empty(n, dtype=np.int64)
+        if n:
+            place[order] = np.maximum.accumulate(home[order] - rank) + rank
+        n_slots = max(n_home, int(place.max()) + 1 if n else 0) + 1  # + the final empty slot
+        if n_slots >= 2**32 - 1:
+            raise ValueError("too many entries for 32-bit slot indices")
+        slots = np.zeros(n_slots, dtype=SLOT_DTYPE)
+        slots["key"] = EMPTY
+        slots["key"][place] = keys
+        slots["prob"][place] = probs
+        if backoffs is not None:
+            slots["backoff"][place] = backoffs
+        entry = np.full(n_slots, -1, dtype=np.int32)
+        entry[place] = np.arange(n, dtype=np.int32)
+        return cls(slots, entry, n_home)
+
+    @property
+    def words(self) -> npt.NDArray[np.uint64]:
+        """The table as uint64 pairs (key, prob|backoff bits): what the C kernel takes."""
+        return self.slots.view(np.uint64)
+
+    def lookup(self, keys: U64) -> I64:
+        """Slots of `keys`, -1 where absent; one vectorised round per probe step.
+
+        Each round checks the keys still walking against their current slot and drops those
+        found or stopped at an empty slot, so rounds shrink fast (most keys end in round 1).
+        """
+        out = np.full(len(keys), -1, dtype=np.int64)
+        if len(keys) == 0:
+            return out
+        slot_keys = self.slots["key"]
+        slot = home_slots(keys, self.n_home)
+        todo = np.arange(len(keys), dtype=np.int64)
+        want = keys
+        while len(todo):
+            got = slot_keys[slot]
+            hit = got == want
+            out[todo[hit]] = slot[hit]
+            walk = ~hit & (got != EMPTY)
+            todo, slot, want = todo[walk], slot[walk] + 1, want[walk]
+        return out
+
+    def get(self, key: int) -> int:
+        """One key's slot (-1 if absent), in plain Python (for the few words of a context)."""
+        slot_keys = self.slots["key"]
+        slot = int(home_slots(np.array([key], dtype=np.uint64), self.n_home)[0])
+        k = np.uint64(key)
+        while True:
+            got = slot_keys[slot]
+            if got == k:
+                return slot
+            if got == EMPTY:
+                return -1
+            slot += 1
+
+
+def build_probing_tables(
+    probs: list[npt.NDArray[np.float32]],
+    backoffs: list[npt.NDArray[np.float32]],
+    words: list[I32],
+    child_start: list[I64],
+) -> list[ProbingTable]:
+    """The scoring tables of orders 2..N from the CSR arrays (`NgramArrays`), in order.
+
+    An order-k entry's key is `(slot of its prefix in order k-1's table) << 32 | last word`,
+    with a unigram's "slot" being its word id; the prefix of each entry is given by the CSR
+    offsets of order k-1 (`child_start`).
+    """
+    tables: list[ProbingTable] = []
+    # prefix_slot[e]: slot of order k-1's entry e (order 1: the word id itself).
+    prefix_slot = np.arange(len(probs[0]), dtype=np.int64)
+    n_order = len(probs)
+    for k in range(2, n_order + 1):
+        starts = child_start[k - 2]
+        parent = np.repeat(np.arange(len(starts) - 1, dtype=np.int64), np.diff(starts))
+        keys = make_keys(prefix_slot[parent], words[k - 1])
+        table = ProbingTable.build(keys, probs[k - 1], backoffs[k - 1] if k < n_order else None)
+        tables.append(table)
+        slot_of = np.empty(len(keys), dtype=np.int64)
+        live = table.entry >= 0
+        slot_of[table.entry[live]] = np.flatnonzero(live)
+        prefix_slot = slot_of
+    return tables

@@ -8,17 +8,18 @@ longest n-gram `h' w` in the model whose context h' is a suffix of h, and
 where the sum runs over the contexts KenLM's state holds (those found while scoring the previous
 word, at most N-1 words). All values here are natural logs (ARPA's log10 x ln 10).
 
-Scoring is vectorised over the whole flattened batch, with no Python loop per word:
+Each order k >= 2 has a probing hash table (`hashing.ProbingTable`) whose 16-byte slots hold an
+entry's exact key, log-prob and backoff. The key of the order-k entry ending at token i is
+`(slot of the order-(k-1) entry ending at token i-1) << 32 | word_i` (order 1's "slot" is the word
+id), so the entries ending at a token form a prefix chain through the tables.
+
+The C kernel (`_kernel.c`, the default when built) walks the texts with KenLM's state, issuing
+all of a token's lookups before resolving them. `kernel="numpy"` is the vectorised reference:
 1. Lay the batch out as one token array with `<s>`/`</s>` inserted per text.
-2. Order 1 is the word id itself. The order-k entry ending at token i, if any, has the key
-   `(order-(k-1) entry ending at token i-1) << 32 | word_i`, so one hash lookup per order over the
-   positions still matching resolves all orders in k-1 vectorised steps (a prefix chain).
+2. Resolve order k for all positions still matching in one vectorised lookup, k = 2..N.
 3. The backoff part at token i is (sum of backoffs of all contexts found at i-1) minus (those
    at i-1 that token i extended), accumulated in float64 during the same loop.
 4. Totals are a segmented sum over the texts' offsets.
-
-The same computation runs in C (`_kernel.c`, sequentially per text with KenLM's state) when the
-extension is built, which is the default; `kernel="numpy"` keeps this numpy path, the reference.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy.typing as npt
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
 from lmserve.server.backends.ngram.arpa import read_arpa
 from lmserve.server.backends.ngram.build import BOS, EOS, UNK, NgramArrays, build_arrays
-from lmserve.server.backends.ngram.hashing import HashTable, make_keys
+from lmserve.server.backends.ngram.hashing import ProbingTable, make_keys
 
 try:
     from lmserve.server.backends.ngram import _kernel
@@ -65,7 +66,9 @@ class NgramModel:
         # float64 copies of the small unigram arrays: gathered for every token.
         self._uni_prob = arrays.probs[0].astype(np.float64)
         self._uni_backoff = arrays.backoffs[0].astype(np.float64) if self.order > 1 else np.zeros(0)
-        self._tables: list[HashTable] = [t for t in arrays.tables[1:] if t is not None]
+        self._tables: list[ProbingTable] = list(arrays.tables)
+        if len(self._tables) != self.order - 1:
+            raise ValueError(f"{len(self._tables)} scoring tables for order {self.order}")
         self._c: _kernel.Scorer | None = None
         self.kernel: Kernel = kernel or DEFAULT_KERNEL
         if self.kernel == "c":
@@ -74,11 +77,8 @@ class NgramModel:
             self._c = _kernel.Scorer(
                 self._uni_prob,
                 self._uni_backoff if self.order > 1 else np.zeros(len(self._uni_prob)),
-                tuple(arrays.probs[1:]),
-                tuple(arrays.backoffs[1:]),
-                tuple(t.keys for t in self._tables),
-                tuple(t.vals for t in self._tables),
-                tuple(t.bucket_start for t in self._tables),
+                tuple(t.words for t in self._tables),
+                tuple(t.n_home for t in self._tables),
                 self._vocab.bos_id,
                 self._vocab.eos_id,
             )
@@ -200,7 +200,7 @@ class NgramModel:
         self, tokens: npt.NDArray[np.int64], ext_offsets: npt.NDArray[np.int64]
     ) -> tuple[FloatArray, npt.NDArray[np.int8]]:
         """Per-token log p (nats) and matched n-gram length; texts start at `ext_offsets`."""
-        a, n_order = self._a, self.order
+        n_order = self.order
         log_probs = self._uni_prob[tokens]
         matched = np.ones(len(tokens), dtype=np.int8)
         if n_order == 1 or len(tokens) == 0:
@@ -214,18 +214,22 @@ class NgramModel:
         # Positions whose previous token is in the same text, and that previous token's entry.
         pos = np.flatnonzero(~first[1:]) + 1
         prev: npt.NDArray[np.integer[Any]] = tokens[pos - 1]
+        # prev: the order-(k-1) entry ending at pos-1 (a word id for k = 2, else a slot).
+        prev_backoff = self._uni_backoff
         for k in range(2, n_order + 1):
+            slots = self._tables[k - 2].slots
             entry = self._tables[k - 2].lookup(make_keys(prev, tokens[pos]))
             hit = entry >= 0
             pos, entry, prev = pos[hit], entry[hit], prev[hit]
             if len(pos) == 0:
                 break
-            extended[pos] += a.backoffs[k - 2][prev]
-            log_probs[pos] = a.probs[k - 1][entry]
+            extended[pos] += prev_backoff[prev]
+            log_probs[pos] = slots["prob"][entry]
             matched[pos] = k
             if k == n_order:
                 break
-            found_backoff[pos] += a.backoffs[k - 1][entry]
+            prev_backoff = slots["backoff"]
+            found_backoff[pos] += prev_backoff[entry]
             nxt = pos + 1
             more = nxt < len(tokens)
             more[more] = ~first[nxt[more]]
@@ -245,16 +249,20 @@ class NgramModel:
         window = [int(t) for t in context][-n_keep:] if n_keep else []
         if bos and len(context) < n_keep:
             window.insert(0, self._vocab.bos_id)
-        found: list[int] = []  # entries ending at the previous token, by order
+        found: list[int] = []  # slots ending at the previous token, by order (order 1: word)
         for word in window:
             now = [word]
             for k, prev in enumerate(found[: n_keep - 1], start=2):
-                entry = self._tables[k - 2].get((prev << 32) | word)
-                if entry < 0:
+                slot = self._tables[k - 2].get((prev << 32) | word)
+                if slot < 0:
                     break
-                now.append(entry)
+                now.append(slot)
             found = now
-        return found[:n_keep]
+        entries = found[:n_keep]
+        # Slots -> entry indices in the CSR arrays (order 1's slot is already its entry).
+        for j in range(1, len(entries)):
+            entries[j] = int(self._tables[j - 1].entry[entries[j]])
+        return entries
 
     def next_token_log_probs(self, context: Sequence[int], *, bos: bool = True) -> FloatArray:
         """log P(w | [<s>] context) in nats for every vocabulary id w (shape [len(vocab)])."""
