@@ -127,7 +127,7 @@ def test_scorer_rejects_bad_input(models: tuple[NgramModel, NgramModel]) -> None
             ids, np.array([0, 3], np.int64), True, True, totals, np.empty(3), np.empty(3, np.int32)
         )
     with pytest.raises(TypeError):
-        kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), 0, 0, 0)
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), 0, 0, 0)  # type: ignore[call-arg]
     with pytest.raises(ValueError):
         kernel_module.Scorer(np.zeros(3), np.zeros(3), (), (), 0, 5)
     fresh = kernel_module.Scorer.__new__(kernel_module.Scorer)
@@ -229,3 +229,22 @@ def test_text_encoder_native_equals_python() -> None:
             np.testing.assert_array_equal(got.offsets, want.offsets)
             np.testing.assert_array_equal(got.oov, want.oov)
     assert not TextEncoder(WordTokenizer(pattern=r"[a-z]+"), vocab).native
+
+
+def test_scorer_refuses_malformed_probing_tables() -> None:
+    empty = np.iinfo(np.uint64).max
+    good = np.array([empty, 0, empty, 0], dtype=np.uint64)  # two slots, both empty
+    scorer = kernel_module.Scorer(np.zeros(3), np.zeros(3), (good,), (1,), 0, 1)
+    totals = np.empty(1)
+    scorer.score(np.array([2, 2], np.int32), np.array([0, 2], np.int64), True, True, totals)
+    assert totals[0] == 0.0
+    last_slot_used = np.array([empty, 0, 5, 0], dtype=np.uint64)
+    for table, n_home in [(last_slot_used, 1), (good, 2), (good, 0), (good[:3], 1)]:
+        with pytest.raises(ValueError, match="malformed probing table"):
+            kernel_module.Scorer(np.zeros(3), np.zeros(3), (table,), (n_home,), 0, 1)
+    with pytest.raises(TypeError):
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (good.view(np.int64),), (1,), 0, 1)
+    with pytest.raises(TypeError):
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (good,), (), 0, 1)
+    with pytest.raises(OverflowError):
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (good,), (-1,), 0, 1)

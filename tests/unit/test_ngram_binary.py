@@ -109,3 +109,44 @@ def test_write_model_folder(tmp_path: Path) -> None:
     loaded = NgramModel.load(manifest.file_path(folder, "model"))
     batch = encode_token_lists(TEXTS, model.vocab)
     assert loaded.score(batch).totals.tolist() == model.score(batch).totals.tolist()
+
+
+def _set_version(path: Path, version: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[8:12] = version.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
+def test_older_binary_falls_back_to_the_arpa_copy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lmserve.server.backends.ngram import load_model_folder_binary
+    from lmserve.server.backends.ngram.binary import VERSION
+
+    model = NgramModel.from_arpa(FIXTURES / "toy.arpa")
+    folder = tmp_path / "toy"
+    manifest = write_model_folder(
+        model,
+        folder,
+        name="toy-3gram",
+        tokenizer=TokenizerSpec(),
+        provenance=Provenance(trained_by="hand"),
+        arpa_source=FIXTURES / "toy.arpa",
+    )
+    _set_version(folder / "model.lmbin", VERSION - 1)
+    with caplog.at_level("WARNING"):
+        loaded = load_model_folder_binary(folder, manifest)
+    assert "rebuild" in caplog.text.lower() and "import-arpa" in caplog.text
+    batch = encode_token_lists(TEXTS, model.vocab)
+    assert loaded.score(batch).totals.tolist() == model.score(batch).totals.tolist()
+
+    # Without the ARPA copy: a clear error naming the file and both versions.
+    del manifest.files["arpa"]
+    with pytest.raises(ModelLoadError, match=f"version {VERSION - 1}, expected {VERSION}") as err:
+        load_model_folder_binary(folder, manifest)
+    assert "model.lmbin" in str(err.value)
+    # A current binary loads without the fallback.
+    _set_version(folder / "model.lmbin", VERSION)
+    assert load_model_folder_binary(folder, manifest).score(batch).totals.tolist() == (
+        model.score(batch).totals.tolist()
+    )

@@ -104,3 +104,24 @@ def test_next_token_matches_score(toy: NgramModel) -> None:
                 s = toy.score(batch, bos=bos, eos=False, per_token=True)
                 assert s.token_log_probs is not None
                 assert dist[ids[word]] == pytest.approx(s.token_log_probs[-1], abs=1e-6)
+
+
+def test_probing_table_finds_every_key_and_no_other() -> None:
+    from lmserve.server.backends.ngram.hashing import EMPTY, ProbingTable
+
+    rng = np.random.default_rng(3)
+    keys = np.unique(rng.integers(0, 2**40, size=5000, dtype=np.uint64))
+    rng.shuffle(keys)
+    probs = rng.standard_normal(len(keys)).astype(np.float32)
+    table = ProbingTable.build(keys, probs, -probs)
+    assert table.slots["key"][-1] == EMPTY and len(table.slots) > table.n_home
+    slots = table.lookup(keys)
+    assert (slots >= 0).all()
+    np.testing.assert_array_equal(table.slots["key"][slots], keys)
+    np.testing.assert_array_equal(table.slots["prob"][slots], probs)
+    np.testing.assert_array_equal(table.slots["backoff"][slots], -probs)
+    np.testing.assert_array_equal(table.entry[slots], np.arange(len(keys)))
+    absent = np.setdiff1d(rng.integers(0, 2**40, size=5000, dtype=np.uint64), keys)
+    assert (table.lookup(absent) == -1).all()
+    assert [table.get(int(k)) for k in keys[:50]] == slots[:50].tolist()
+    assert table.get(int(absent[0])) == -1

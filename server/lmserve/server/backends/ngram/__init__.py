@@ -4,7 +4,7 @@ model = NgramModel.from_arpa("kjv.5gram.arpa.gz")   # or NgramModel.load("model.
 model.score(encode_token_lists([["in", "the", "beginning"]], model.vocab)).totals
 """
 
-from lmserve.server.backends.ngram.folder import write_model_folder
+from lmserve.server.backends.ngram.folder import load_model_folder_binary, write_model_folder
 from lmserve.server.backends.ngram.model import NgramModel
 
-__all__ = ["NgramModel", "write_model_folder"]
+__all__ = ["NgramModel", "load_model_folder_binary", "write_model_folder"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from lmserve.server.backends.ngram.model import NgramModel
+from lmserve.server.backends.ngram.model import Kernel, NgramModel
 from lmserve.server.registry.manifest import (
     FileEntry,
     ModelFormat,
@@ -19,6 +19,20 @@ from lmserve.server.registry.manifest import (
 )
 
 BINARY_NAME = "model.lmbin"
+
+
+def load_model_folder_binary(
+    folder: Path, manifest: ModelManifest, *, kernel: Kernel | None = None
+) -> NgramModel:
+    """Loads an `ngram_binary` folder's `files["model"]`.
+
+    When that binary has an older format version and the folder holds its ARPA copy
+    (`files["arpa"]`), the ARPA is compiled in memory instead, with a logged warning to rebuild;
+    without the copy, ModelLoadError names the file and both versions.
+    """
+    folder = Path(folder)
+    arpa = manifest.file_path(folder, "arpa") if "arpa" in manifest.files else None
+    return NgramModel.load(manifest.file_path(folder, "model"), kernel=kernel, arpa_fallback=arpa)
 
 
 def write_model_folder(

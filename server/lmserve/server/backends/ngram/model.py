@@ -24,6 +24,7 @@ all of a token's lookups before resolving them. `kernel="numpy"` is the vectoris
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +41,8 @@ try:
     from lmserve.server.backends.ngram import _kernel
 except ImportError:  # not compiled (e.g. a source checkout without `make install`)
     _kernel = None  # type: ignore[assignment]
+
+logger = logging.getLogger(__name__)
 
 Kernel = Literal["c", "numpy"]
 # The C kernel when it is importable; NgramModel(kernel=...) overrides per model.
@@ -98,11 +101,36 @@ class NgramModel:
         save_arrays(self._a, Path(path))
 
     @classmethod
-    def load(cls, path: str | Path, *, kernel: Kernel | None = None) -> NgramModel:
-        """Memory-maps a file written by `save`; raises ModelLoadError if it is not one."""
-        from lmserve.server.backends.ngram.binary import load_arrays
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        kernel: Kernel | None = None,
+        arpa_fallback: str | Path | None = None,
+    ) -> NgramModel:
+        """Memory-maps a file written by `save`; raises ModelLoadError if it is not one.
 
-        return cls(load_arrays(Path(path)), kernel=kernel)
+        A binary of another format version (`binary.BinaryVersionError`, naming the file, the
+        version found and the one expected) is compiled from `arpa_fallback` instead when that is
+        given, with a warning to rebuild the binary; without it the error is raised.
+        """
+        from lmserve.server.backends.ngram.binary import BinaryVersionError, load_arrays
+
+        try:
+            return cls(load_arrays(Path(path)), kernel=kernel)
+        except BinaryVersionError as exc:
+            if arpa_fallback is None:
+                raise
+            logger.warning(
+                "%s: binary format version %d, this lmserve reads version %d; compiling %s "
+                "in memory instead (slow). Rebuild the binary: `lmserve import-arpa` or "
+                "`make models`",
+                path,
+                exc.found,
+                exc.expected,
+                arpa_fallback,
+            )
+            return cls.from_arpa(arpa_fallback, kernel=kernel)
 
     # -- facts --------------------------------------------------------------------------------
     @property
