@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,7 +51,9 @@ def test_round_trip_scores_identically(arpa: Path, tmp_path: Path) -> None:
 def test_arrays_are_aligned_and_mapped(tmp_path: Path) -> None:
     NgramModel.from_arpa(FIXTURES / "toy.arpa").save(tmp_path / "m.lmbin")
     arrays = NgramModel.load(tmp_path / "m.lmbin").arrays
-    for arr in [*arrays.probs, *arrays.backoffs, *arrays.child_start]:
+    mapped: list[np.ndarray[Any, Any]] = [*arrays.probs, *arrays.backoffs, *arrays.child_start]
+    mapped += [t.slots for t in arrays.tables] + [t.entry for t in arrays.tables]
+    for arr in mapped:
         assert not arr.flags.owndata  # a view over the mapped file, not a copy
         assert arr.ctypes.data % 8 == 0
 
@@ -65,7 +69,9 @@ def test_arrays_are_aligned_and_mapped(tmp_path: Path) -> None:
         (lambda b: b[:8] + (99).to_bytes(4, "little") + b[12:], "version 99"),
     ],
 )
-def test_damaged_files_are_refused(tmp_path: Path, damage, words: str) -> None:
+def test_damaged_files_are_refused(
+    tmp_path: Path, damage: Callable[[bytes], bytes], words: str
+) -> None:
     path = tmp_path / "m.lmbin"
     NgramModel.from_arpa(FIXTURES / "toy.arpa").save(path)
     path.write_bytes(damage(path.read_bytes()))

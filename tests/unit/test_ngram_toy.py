@@ -24,13 +24,15 @@ def toy() -> NgramModel:
     return NgramModel.from_arpa(FIXTURES / "toy.arpa")
 
 
-def score(model: NgramModel, text: str, *, bos: bool = True, eos: bool = True):
+def score(
+    model: NgramModel, text: str, *, bos: bool = True, eos: bool = True
+) -> tuple[float, list[float], list[int]]:
     batch = encode_token_lists([text.split()], model.vocab)
     s = model.score(batch, bos=bos, eos=eos, per_token=True)
     assert s.token_log_probs is not None and s.ngram_lengths is not None
     per_token = (s.token_log_probs / LN10).tolist()
     assert sum(per_token) == pytest.approx(s.totals[0] / LN10, abs=1e-9)
-    return s.totals[0] / LN10, per_token, s.ngram_lengths.tolist()
+    return float(s.totals[0] / LN10), per_token, s.ngram_lengths.tolist()
 
 
 CASES = [
@@ -54,7 +56,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("text", "bos", "eos", "expected", "lengths"), CASES)
-def test_hand_computed(toy: NgramModel, text, bos, eos, expected, lengths) -> None:
+def test_hand_computed(
+    toy: NgramModel, text: str, bos: bool, eos: bool, expected: list[float], lengths: list[int]
+) -> None:
     total, per_token, got_lengths = score(toy, text, bos=bos, eos=eos)
     assert per_token == pytest.approx(expected, abs=1e-6)
     assert total == pytest.approx(sum(expected), abs=1e-6)
