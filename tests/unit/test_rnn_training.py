@@ -104,3 +104,11 @@ def test_train_rnn_writes_checkpoint_and_exports(
         assert tokens > words and report["valid_token_perplexity"] < report["valid_perplexity"]
         ratio = math.log(report["valid_perplexity"]) / math.log(report["valid_token_perplexity"])
         assert math.isclose(ratio, tokens / words, rel_tol=1e-9)
+
+    # export-rnn rebuilds the tokenizer from the checkpoint alone and measures the same test
+    # perplexity as training did: the exported model reads text exactly as training did.
+    again = tmp_path / "again"
+    assert main(["export-rnn", str(out / BEST_CHECKPOINT), str(again), "--test",
+                 str(corpus["test"]), "--format", "torchscript"]) == 0  # fmt: skip
+    remeasured = read_manifest(again).provenance.metrics["test_perplexity"]
+    assert math.isclose(remeasured, report["test_perplexity"], rel_tol=1e-5)

@@ -10,8 +10,12 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lmserve.export.rnn.folder import Checkpoint
 
 HELP = "Export a train-rnn checkpoint as a model folder (ONNX or TorchScript), parity-checked."
 
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def measured_metrics(
-    checkpoint: Any, *, test: Path | None = None, log: Any = print
+    checkpoint: Checkpoint, *, test: Path | None = None, log: Callable[[str], None] = print
 ) -> dict[str, float]:
     """The provenance metrics: per-word perplexities (natural log, one `</s>` a line), epochs,
     parameters, training minutes.
@@ -91,8 +95,9 @@ def measured_metrics(
     metrics: dict[str, float] = {
         "parameters": sum(p.numel() for p in model.parameters()),
         "epochs": data.get("epoch", len(history)),
-        "train_minutes": round(sum(r.get("seconds", 0.0) for r in history) / 60, 1),
     }
+    if history:
+        metrics["train_minutes"] = round(sum(r.get("seconds", 0.0) for r in history) / 60, 1)
     token_ppl = data.get("valid_ppl")
     counts = data.get("valid_counts")
     if token_ppl is not None:
