@@ -32,7 +32,9 @@ def _manifest(folder: Path, model: Any, fmt: str, files: dict[str, str]) -> None
     write_manifest(folder, manifest)
 
 
-def build_model(cell: Literal["rnn", "lstm", "gru"] = "lstm", size: int = 512, vocab: int = VOCAB_SIZE) -> Any:
+def build_model(
+    cell: Literal["rnn", "lstm", "gru"] = "lstm", size: int = 512, vocab: int = VOCAB_SIZE
+) -> Any:
     import torch
 
     from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
