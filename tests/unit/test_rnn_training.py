@@ -112,3 +112,17 @@ def test_train_rnn_writes_checkpoint_and_exports(
                  str(corpus["test"]), "--format", "torchscript"]) == 0  # fmt: skip
     remeasured = read_manifest(again).provenance.metrics["test_perplexity"]
     assert math.isclose(remeasured, report["test_perplexity"], rel_tol=1e-5)
+
+
+def test_train_rnn_refuses_an_occupied_export_folder_before_training(
+    tmp_path: Path, corpus: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "notes.txt").write_text("not a model")
+    args = ["train-rnn", str(corpus["train"]), str(tmp_path / "run"),
+            "--heldout", str(corpus["valid"]), "--export", str(occupied)]  # fmt: skip
+    assert main(args) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert (occupied / "notes.txt").read_text() == "not a model"

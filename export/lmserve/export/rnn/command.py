@@ -121,6 +121,14 @@ def run(args: argparse.Namespace) -> int:
         with path.open(encoding="utf-8") as f:
             return list(f)
 
+    if args.export is not None:
+        from lmserve.export.rnn.folder import check_writable
+
+        try:  # before hours of training, not after
+            check_writable(args.export)
+        except FileExistsError as exc:
+            log(f"lmserve train-rnn: --export: {exc}")
+            return 2
     began = time.monotonic()
     subword = None
     if args.tokenizer == "word":
@@ -244,18 +252,24 @@ def _train_subword_codec(args: argparse.Namespace, texts: list[str]) -> CharCode
 def _export(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """Exports checkpoint-best.pt as `lmserve export-rnn` would, its metrics from report.json."""
     from lmserve.export.rnn.export_command import measured_metrics
-    from lmserve.export.rnn.folder import load_checkpoint, write_model_folder
+    from lmserve.export.rnn.folder import CheckpointError, load_checkpoint, write_model_folder
+    from lmserve.export.rnn.parity import ParityError
     from lmserve.export.rnn.train import BEST_CHECKPOINT
 
-    checkpoint = load_checkpoint(args.output_dir / BEST_CHECKPOINT)
-    result = write_model_folder(
-        checkpoint,
-        args.export,
-        fmt=args.export_format,
-        name=args.name,
-        metrics=measured_metrics(checkpoint, log=log),
-        log=log,
-    )
+    try:
+        checkpoint = load_checkpoint(args.output_dir / BEST_CHECKPOINT)
+        result = write_model_folder(
+            checkpoint,
+            args.export,
+            fmt=args.export_format,
+            name=args.name,
+            metrics=measured_metrics(checkpoint, log=log),
+            log=log,
+        )
+    except (CheckpointError, ParityError, FileExistsError, ValueError) as exc:
+        # The checkpoint is kept: `lmserve export-rnn` can be retried on it.
+        log(f"lmserve train-rnn: export failed: {exc}")
+        return 1
     log(
         f"exported {args.export_format} to {result.folder} (parity max |diff| "
         f"{result.parity.max_abs_diff:.1e})"

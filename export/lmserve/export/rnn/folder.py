@@ -148,11 +148,7 @@ def write_model_folder(
 
     opset = opset or OPSET
     model, data, spec = checkpoint.model, checkpoint.data, checkpoint.tokenizer
-    if model_dir.exists() and not _writable(model_dir, overwrite):
-        raise FileExistsError(
-            f"{model_dir} exists and is not an empty folder"
-            + (" or a model folder" if overwrite else " (--overwrite replaces a model folder)")
-        )
+    check_writable(model_dir, overwrite=overwrite)
     staging = model_dir.parent / f".{model_dir.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -202,10 +198,16 @@ def write_model_folder(
     return ExportResult(model_dir, manifest, parity, exported - began, checked - exported, sizes)
 
 
-def _writable(folder: Path, overwrite: bool) -> bool:
-    """An empty folder is filled; a model folder is replaced only when asked; nothing else."""
-    if not folder.is_dir():
-        return False
-    if not any(folder.iterdir()):
-        return True
-    return overwrite and (folder / "model.yaml").is_file()
+def check_writable(model_dir: Path, *, overwrite: bool = False) -> None:
+    """Raises FileExistsError unless MODEL_DIR is absent, an empty folder, or (with `overwrite`)
+    a model folder: never replaces some other directory."""
+    if not model_dir.exists():
+        return
+    if model_dir.is_dir() and not any(model_dir.iterdir()):
+        return
+    if overwrite and (model_dir / "model.yaml").is_file():
+        return
+    raise FileExistsError(
+        f"{model_dir} exists and is not an empty folder"
+        + (" or a model folder" if overwrite else " (--overwrite replaces a model folder)")
+    )
