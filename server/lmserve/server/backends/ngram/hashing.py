@@ -129,7 +129,7 @@ class ProbingTable:
     arrays do.
     """
 
-    __slots__ = ("slots", "entry", "n_home")
+    __slots__ = ("slots", "entry", "n_home", "_keys")
 
     def __init__(self, slots: npt.NDArray[np.void], entry: I32, n_home: int) -> None:
         if slots.dtype != SLOT_DTYPE or slots.ndim != 1 or len(entry) != len(slots):
@@ -137,6 +137,7 @@ class ProbingTable:
         if not 1 <= n_home < len(slots) or slots["key"][-1] != EMPTY:
             raise ValueError("probing table: the last slot must be empty, after the home slots")
         self.slots, self.entry, self.n_home = slots, entry, n_home
+        self._keys: U64 = slots["key"]  # a strided view, made once
 
     @classmethod
     def build(
@@ -186,7 +187,7 @@ class ProbingTable:
         out = np.full(len(keys), -1, dtype=np.int64)
         if len(keys) == 0:
             return out
-        slot_keys = self.slots["key"]
+        slot_keys = self._keys
         slot = home_slots(keys, self.n_home)
         todo = np.arange(len(keys), dtype=np.int64)
         want = keys
@@ -200,7 +201,7 @@ class ProbingTable:
 
     def get(self, key: int) -> int:
         """One key's slot (-1 if absent), in plain Python (for the few words of a context)."""
-        slot_keys = self.slots["key"]
+        slot_keys = self._keys
         slot = int(home_slots(np.array([key], dtype=np.uint64), self.n_home)[0])
         k = np.uint64(key)
         while True:
