@@ -40,9 +40,10 @@ Loader = Callable[[Path, ModelManifest, LoadContext], LanguageModelBackend]
 
 
 def _ngram_binary(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> LanguageModelBackend:
-    from lmserve.server.backends.ngram import NgramModel
+    from lmserve.server.backends.ngram import load_model_folder_binary
 
-    return NgramModel.load(manifest.file_path(folder, "model"))
+    # An out-of-date binary falls back to the folder's ARPA copy (with a warning to rebuild).
+    return load_model_folder_binary(folder, manifest)
 
 
 def _ngram_arpa(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> LanguageModelBackend:
