@@ -75,6 +75,40 @@ class Metrics:
             registry=registry,
         )
 
+        # Generation (the continuous-batching scheduler).
+        self.time_to_first_token = Histogram(
+            "lmserve_time_to_first_token_seconds",
+            "Time from a Generate request's arrival to its first generated token.",
+            ["model"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.inter_token_latency = Histogram(
+            "lmserve_inter_token_latency_seconds",
+            "Time between two consecutive tokens of one generated sequence.",
+            ["model"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.generated_tokens = Counter(
+            "lmserve_generated_tokens",
+            "Tokens generated (every sample of every request).",
+            ["model"],
+            registry=registry,
+        )
+        self.active_sequences = Gauge(
+            "lmserve_active_sequences",
+            "Sequences the generation scheduler is stepping right now.",
+            ["model"],
+            registry=registry,
+        )
+        self.pending_requests = Gauge(
+            "lmserve_pending_requests",
+            "Generate requests waiting for a slot in the generation scheduler.",
+            ["model"],
+            registry=registry,
+        )
+
     def record_scored(self, model: str, texts: int, tokens: int) -> None:
         self.scored_texts.labels(model=model).inc(texts)
         self.scored_tokens.labels(model=model).inc(tokens)

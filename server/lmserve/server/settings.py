@@ -56,6 +56,17 @@ class Settings(BaseSettings):
     batch_max_texts: int = Field(default=256, ge=1)
     batch_max_tokens: int = Field(default=16_384, ge=1)
     batch_max_wait_ms: float = Field(default=2.0, ge=0)
+    # Generation: one continuous-batching scheduler per model steps every active sequence.
+    # Sequences (streams x samples) stepped together; more wait in the queue.
+    max_active_sequences: int = Field(default=256, ge=1)
+    # Generate requests waiting for a slot; beyond this the server answers RESOURCE_EXHAUSTED.
+    max_queued_requests: int = Field(default=1024, ge=0)
+    # Upper bound of a request's max_new_tokens (and a beam's max_length).
+    max_new_tokens: int = Field(default=4096, ge=1)
+    # Upper bound of Generate's n (independent samples of one request).
+    max_n: int = Field(default=16, ge=1)
+    max_beam_width: int = Field(default=64, ge=1)
+    max_top_logprobs: int = Field(default=20, ge=0)
 
     @classmethod
     def settings_customise_sources(
