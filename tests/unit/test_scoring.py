@@ -16,6 +16,8 @@ from lmserve.server.decoding.scoring import (
     perplexity,
 )
 from lmserve.server.errors import InvalidArgument
+from lmserve.server.text.char import CharCodec
+from lmserve.server.text.codec import WordCodec
 from lmserve.server.text.word import WordTokenizer
 
 WORDS = ["<unk>", "<s>", "</s>", "a", "b"]
@@ -56,7 +58,8 @@ class Unigram:
 
 @pytest.fixture
 def scorer() -> Scorer:
-    return Scorer(Unigram(), WordTokenizer())
+    model = Unigram()
+    return Scorer(model, WordCodec(WordTokenizer(), model.vocab))
 
 
 def test_totals_counts_and_oovs(scorer: Scorer) -> None:
@@ -97,6 +100,43 @@ def test_perplexity_with_and_without_oovs(scorer: Scorer) -> None:
     assert math.isclose(result.perplexity, math.exp(-total / 5))
     assert math.isclose(result.log_prob_excluding_oov, total - math.log(0.1))
     assert math.isclose(result.perplexity_excluding_oov, math.exp(-(total - math.log(0.1)) / 4))
+    # A word model's tokens are its words: both figures are the same.
+    assert result.word_count == 5 and result.perplexity_per_word == result.perplexity
+
+
+def _char_scorer() -> Scorer:
+    """The unigram read as a character model: "a" and "b" are characters, " " unknown."""
+    model = Unigram()
+    return Scorer(model, CharCodec(model.vocab))
+
+
+def test_character_model_counts_words_and_names_its_tokens() -> None:
+    scorer = _char_scorer()
+    scored = scorer.score_texts(["ab  a", "", "b"], ScoreOptions(), details=True)
+    assert scored.token_counts.tolist() == [5, 1, 2]  # a b ' ' a </s>: single spaces
+    assert scored.word_counts.tolist() == [3, 1, 2]  # 2 words + </s>
+    assert scored.oov_counts.tolist() == [1, 0, 0]  # the space is not in this vocabulary
+    assert scored.details is not None
+    assert scored.details[0].tokens == ["a", "b", "<unk>", "a", "</s>"]
+    assert scored.details[0].oov.tolist() == [False, False, True, False, False]
+    lists = scorer.score_token_lists([["ab", "a"]], ScoreOptions(eos=False))
+    assert (lists.token_counts.tolist(), lists.word_counts.tolist()) == ([4], [2])
+
+
+def test_per_word_perplexity_divides_by_words_and_ends() -> None:
+    stats = PerplexityAccumulator()
+    stats.add(_char_scorer().score_texts(["ab a", "b"], ScoreOptions(), oov_log_probs=True))
+    result = stats.result()
+    total = math.log(0.4 * 0.3 * 0.1 * 0.4 * 0.2) + math.log(0.3 * 0.2)
+    assert (result.token_count, result.word_count, result.text_count) == (7, 5, 2)
+    assert math.isclose(result.perplexity, math.exp(-total / 7))
+    assert math.isclose(result.perplexity_per_word, math.exp(-total / 5))
+    assert math.isclose(result.perplexity_excluding_oov, math.exp(-(total - math.log(0.1)) / 6))
+
+
+def test_codec_and_model_must_agree_on_the_vocabulary() -> None:
+    with pytest.raises(ValueError, match="codec has 4 tokens, the model 5"):
+        Scorer(Unigram(), CharCodec(Vocabulary.from_words(WORDS[:4])))
 
 
 def test_token_limit_names_the_text(scorer: Scorer) -> None:
@@ -107,3 +147,4 @@ def test_token_limit_names_the_text(scorer: Scorer) -> None:
 def test_perplexity_of_nothing_is_nan() -> None:
     assert math.isnan(perplexity(0.0, 0))
     assert math.isnan(PerplexityAccumulator().result().perplexity)
+    assert math.isnan(PerplexityAccumulator().result().perplexity_per_word)

@@ -280,7 +280,7 @@ class ScoreResponse(_message.Message):
     def __init__(self, model: _Optional[str] = ..., results: _Optional[_Iterable[_Union[TextScore, _Mapping]]] = ...) -> None: ...
 
 class PerplexityStats(_message.Message):
-    __slots__ = ("log_prob", "token_count", "oov_count", "text_count", "perplexity", "log_prob_excluding_oov", "perplexity_excluding_oov")
+    __slots__ = ("log_prob", "token_count", "oov_count", "text_count", "perplexity", "log_prob_excluding_oov", "perplexity_excluding_oov", "word_count", "perplexity_per_word")
     LOG_PROB_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     OOV_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -288,6 +288,8 @@ class PerplexityStats(_message.Message):
     PERPLEXITY_FIELD_NUMBER: _ClassVar[int]
     LOG_PROB_EXCLUDING_OOV_FIELD_NUMBER: _ClassVar[int]
     PERPLEXITY_EXCLUDING_OOV_FIELD_NUMBER: _ClassVar[int]
+    WORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PERPLEXITY_PER_WORD_FIELD_NUMBER: _ClassVar[int]
     log_prob: float
     token_count: int
     oov_count: int
@@ -295,7 +297,9 @@ class PerplexityStats(_message.Message):
     perplexity: float
     log_prob_excluding_oov: float
     perplexity_excluding_oov: float
-    def __init__(self, log_prob: _Optional[float] = ..., token_count: _Optional[int] = ..., oov_count: _Optional[int] = ..., text_count: _Optional[int] = ..., perplexity: _Optional[float] = ..., log_prob_excluding_oov: _Optional[float] = ..., perplexity_excluding_oov: _Optional[float] = ...) -> None: ...
+    word_count: int
+    perplexity_per_word: float
+    def __init__(self, log_prob: _Optional[float] = ..., token_count: _Optional[int] = ..., oov_count: _Optional[int] = ..., text_count: _Optional[int] = ..., perplexity: _Optional[float] = ..., log_prob_excluding_oov: _Optional[float] = ..., perplexity_excluding_oov: _Optional[float] = ..., word_count: _Optional[int] = ..., perplexity_per_word: _Optional[float] = ...) -> None: ...
 
 class PerplexityRequest(_message.Message):
     __slots__ = ("model", "texts", "token_lists", "options")

@@ -128,4 +128,6 @@ def perplexity_stats(stats: PerplexityStats) -> pb.PerplexityStats:
         perplexity=stats.perplexity,
         log_prob_excluding_oov=stats.log_prob_excluding_oov,
         perplexity_excluding_oov=stats.perplexity_excluding_oov,
+        word_count=stats.word_count,
+        perplexity_per_word=stats.perplexity_per_word,
     )

@@ -1,12 +1,15 @@
 """Scoring texts with any backend: texts -> tokens -> ids -> one `backend.score` -> results.
 
-    scorer = Scorer(backend, WordTokenizer())
+    scorer = Scorer(backend, WordCodec(WordTokenizer(), backend.vocab))  # or CharCodec, BpeCodec
     scored = scorer.score_texts(["the cat sat"], ScoreOptions(), details=False)
-    stats = PerplexityAccumulator(); stats.add(scored); stats.result().perplexity
+    stats = PerplexityAccumulator(); stats.add(scored); stats.result().perplexity_per_word
 
-Perplexity follows KenLM: ppl = exp(-sum / N) with N = words + one `</s>` per text (when
+Perplexity follows KenLM: ppl = exp(-sum / N) with N = tokens + one `</s>` per text (when
 end-of-sentence is on); "excluding OOVs" drops the OOV tokens' log-probs and their count.
-All log-probabilities are natural logs. Nothing here knows about gRPC.
+The per-word figure divides the same sum by the words behind the tokens (as the model's word
+tokenizer counts them) plus the `</s>`s, so character, BPE and word models compare; for a word
+model both figures are the same. All log-probabilities are natural logs. Nothing here knows
+about gRPC.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from lmserve.server.backends.base import (
     LanguageModelBackend,
 )
 from lmserve.server.errors import InvalidArgument
-from lmserve.server.text.word import TextEncoder, WordTokenizer
+from lmserve.server.text.codec import TextCodec, WordCodec
 
 CountArray = npt.NDArray[np.int64]
 
@@ -40,7 +43,11 @@ class ScoreOptions:
 
 @dataclass(frozen=True)
 class TokenDetails:
-    """One text's scored tokens as parallel arrays (`</s>` last when eos is on)."""
+    """One text's scored tokens as parallel arrays (`</s>` last when eos is on).
+
+    `tokens` are the model's tokens: the words for a word model, else the vocabulary's pieces
+    (a character, or a BPE subword with its `</w>` end-of-word mark), `<unk>` for an unknown one.
+    """
 
     tokens: list[str]
     token_ids: IdArray
@@ -55,6 +62,9 @@ class ScoredTexts:
 
     log_probs: FloatArray
     token_counts: CountArray
+    # The words behind each text's tokens (+ `</s>` when eos): equal to token_counts for a word
+    # model; what per-word perplexity divides by.
+    word_counts: CountArray
     oov_counts: CountArray
     # Sum of the OOV tokens' log-probs per text; None when not asked for.
     oov_log_probs: FloatArray | None
@@ -70,7 +80,11 @@ class ScoredTexts:
 
 @dataclass(frozen=True)
 class PerplexityStats:
-    """Perplexity over texts, with and without OOVs. NaN where there is no token to count."""
+    """Perplexity over texts, with and without OOVs. NaN where there is no token to count.
+
+    `perplexity` is per model token, `perplexity_per_word` per word (`word_count` words and
+    `</s>`s): the two agree for word models, and the per-word one compares across tokenizers.
+    """
 
     log_prob: float
     token_count: int
@@ -79,6 +93,8 @@ class PerplexityStats:
     perplexity: float
     log_prob_excluding_oov: float
     perplexity_excluding_oov: float
+    word_count: int
+    perplexity_per_word: float
 
 
 def _segment_sums(values: FloatArray, offsets: CountArray) -> FloatArray:
@@ -90,16 +106,23 @@ def _segment_sums(values: FloatArray, offsets: CountArray) -> FloatArray:
 
 
 class Scorer:
-    """Scores texts with one model and the tokenizer it was trained with."""
+    """Scores texts with one model and the codec it was trained with (ids must agree)."""
 
-    def __init__(self, backend: LanguageModelBackend, tokenizer: WordTokenizer) -> None:
+    def __init__(self, backend: LanguageModelBackend, codec: TextCodec) -> None:
+        if len(codec.vocab) != len(backend.vocab):
+            raise ValueError(
+                f"the codec has {len(codec.vocab)} tokens, the model {len(backend.vocab)}"
+            )
         self.backend = backend
-        self.tokenizer = tokenizer
-        # Built once per model: the C word index when the tokenizer's rule allows it.
-        self.encoder = TextEncoder(tokenizer, backend.vocab)
+        self.codec = codec
+        # A word model's tokens are words: counts come free, details name the words as sent.
+        self._words: WordCodec | None = codec if isinstance(codec, WordCodec) else None
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
-        return self.tokenizer.split_batch(texts)
+        """The words of each text (word-level models, whose tokens they are)."""
+        if self._words is None:
+            raise ValueError("tokenize() splits into a word model's tokens; this model has pieces")
+        return self._words.split_batch(texts)
 
     def score_texts(
         self,
@@ -110,8 +133,9 @@ class Scorer:
         oov_log_probs: bool = False,
         max_tokens_per_text: int | None = None,
     ) -> ScoredTexts:
-        """Tokenizes with the model's tokenizer, then scores (see `score_token_lists`)."""
-        if details:  # the details name every token: split in Python, where the strings are
+        """Tokenizes with the model's codec, then scores (see `score_token_lists`)."""
+        if details and self._words is not None:
+            # The details name every word as sent: split in Python, where the strings are.
             return self.score_token_lists(
                 self.tokenize(texts),
                 options,
@@ -120,10 +144,12 @@ class Scorer:
                 max_tokens_per_text=max_tokens_per_text,
                 field="texts",
             )
+        count_words = self.codec.count_words
         return self._score_batch(
-            self.encoder.encode_texts(texts),
-            None,
+            self.codec.encode_texts(texts),
+            None if self._words is not None else [count_words(t) for t in texts],
             options,
+            details=details,
             oov_log_probs=oov_log_probs,
             max_tokens_per_text=max_tokens_per_text,
             field="texts",
@@ -144,10 +170,16 @@ class Scorer:
         `details` adds per-token results; `oov_log_probs` adds each text's OOV log-prob sum
         (needed for perplexity excluding OOVs). Both cost a per-token pass; totals alone do not.
         """
+        if self._words is not None:
+            words, word_lists = None, token_lists if details else None
+        else:  # the model's tokens are pieces of the words given
+            words, word_lists = [len(t) for t in token_lists], None
         return self._score_batch(
-            self.encoder.encode_token_lists(token_lists),
-            token_lists if details else None,
+            self.codec.encode_token_lists(token_lists),
+            words,
             options,
+            details=details,
+            word_lists=word_lists,
             oov_log_probs=oov_log_probs,
             max_tokens_per_text=max_tokens_per_text,
             field=field,
@@ -156,15 +188,20 @@ class Scorer:
     def _score_batch(
         self,
         batch: EncodedBatch,
-        token_lists: Sequence[Sequence[str]] | None,
+        words: Sequence[int] | None,
         options: ScoreOptions,
         *,
+        details: bool,
         oov_log_probs: bool,
         max_tokens_per_text: int | None,
         field: str,
+        word_lists: Sequence[Sequence[str]] | None = None,
     ) -> ScoredTexts:
-        """Scores an encoded batch; per-token details when `token_lists` (its words) are given."""
-        details = token_lists is not None
+        """Scores an encoded batch.
+
+        `words` counts each text's words (None: one per token, a word model). With `details`,
+        tokens are named by `word_lists` (a word model's words as sent) or by the vocabulary.
+        """
         lengths = np.diff(batch.offsets)
         if max_tokens_per_text is not None and len(lengths) and lengths.max() > max_tokens_per_text:
             index = int(np.argmax(lengths > max_tokens_per_text))
@@ -177,6 +214,12 @@ class Scorer:
         per_token = details or (oov_log_probs and any_oov)
         scores = self.backend.score(batch, bos=options.bos, eos=options.eos, per_token=per_token)
         token_counts = lengths + 1 if options.eos else lengths
+        if words is None:
+            word_counts = token_counts
+        else:
+            word_counts = np.asarray(words, dtype=np.int64).reshape(len(lengths))
+            if options.eos:
+                word_counts = word_counts + 1
         oov_sums: FloatArray | None = None
         if oov_log_probs:
             oov_sums = np.zeros(batch.batch_size, dtype=np.float64)
@@ -187,9 +230,9 @@ class Scorer:
             if oov_log_probs and any_oov:
                 masked = np.where(oov_mask, scores.token_log_probs, 0.0)
                 oov_sums = _segment_sums(masked, scores.token_offsets)
-            if token_lists is not None:
+            if details:
                 text_details = self._details(
-                    token_lists,
+                    word_lists,
                     batch,
                     scores.token_log_probs,
                     scores.token_offsets,
@@ -200,6 +243,7 @@ class Scorer:
         return ScoredTexts(
             log_probs=np.asarray(scores.totals, dtype=np.float64),
             token_counts=token_counts.astype(np.int64, copy=False),
+            word_counts=word_counts.astype(np.int64, copy=False),
             oov_counts=oov_counts,
             oov_log_probs=oov_sums,
             details=text_details,
@@ -207,7 +251,7 @@ class Scorer:
 
     def _details(
         self,
-        token_lists: Sequence[Sequence[str]],
+        word_lists: Sequence[Sequence[str]] | None,
         batch: EncodedBatch,
         log_probs: FloatArray,
         token_offsets: CountArray,
@@ -217,11 +261,15 @@ class Scorer:
     ) -> list[TokenDetails]:
         vocab = self.backend.vocab
         eos_word = vocab.words[vocab.eos_id]
+        pieces = self.codec.vocab.words
         result = []
-        for i, tokens in enumerate(token_lists):
+        for i in range(batch.batch_size):
             start, end = int(token_offsets[i]), int(token_offsets[i + 1])
             ids = batch.ids[batch.offsets[i] : batch.offsets[i + 1]]
-            words = list(tokens)
+            if word_lists is not None:
+                words = list(word_lists[i])
+            else:
+                words = [pieces[j] for j in ids.tolist()]
             if eos:
                 ids = np.append(ids, np.int32(vocab.eos_id))
                 words.append(eos_word)
@@ -259,6 +307,7 @@ class PerplexityAccumulator:
         self.log_prob = 0.0
         self.oov_log_prob = 0.0
         self.token_count = 0
+        self.word_count = 0
         self.oov_count = 0
         self.text_count = 0
 
@@ -268,6 +317,7 @@ class PerplexityAccumulator:
         self.log_prob += math.fsum(scored.log_probs.tolist())
         self.oov_log_prob += math.fsum(scored.oov_log_probs.tolist())
         self.token_count += int(scored.token_counts.sum())
+        self.word_count += int(scored.word_counts.sum())
         self.oov_count += int(scored.oov_counts.sum())
         self.text_count += len(scored)
 
@@ -283,6 +333,8 @@ class PerplexityAccumulator:
             perplexity_excluding_oov=perplexity(
                 in_vocab_log_prob, self.token_count - self.oov_count
             ),
+            word_count=self.word_count,
+            perplexity_per_word=perplexity(self.log_prob, self.word_count),
         )
 
 

@@ -1,10 +1,14 @@
 """Turns a validated manifest into a loaded backend, by the manifest's kind and format.
 
-    backend = load_backend(folder, manifest, LoadContext(onnx=OnnxOptions()))
+    codec = read_subword_codec(folder, manifest)        # character/BPE models, else None
+    backend = load_backend(folder, manifest, LoadContext(onnx=OnnxOptions()),
+                           vocab=codec.vocab if codec else None)
 
 Heavy runtimes (onnxruntime, torch) are imported by the loader that needs them, so a deployment
 installs only what its models use. Interpolated models find their components, loaded before
-them, in `LoadContext.loaded`.
+them, in `LoadContext.loaded`. A character or BPE model's tokens are backslash-escaped in
+`vocab.txt` (see text/char.py): its vocabulary comes from the codec, and `vocab.txt` must list
+exactly the codec's tokens, escaped.
 """
 
 from __future__ import annotations
@@ -14,10 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmserve.server.backends.base import LanguageModelBackend
+from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.errors import ModelLoadError
-from lmserve.server.registry.manifest import ModelFormat, ModelKind, ModelManifest
+from lmserve.server.registry.manifest import ModelFormat, ModelKind, ModelManifest, TokenizerKind
+from lmserve.server.text.bpe import BpeCodec
+from lmserve.server.text.char import CharCodec, escape_token, read_vocab_file
+
+RECURRENT_KINDS = (ModelKind.RNN, ModelKind.LSTM, ModelKind.GRU)
 
 
 @dataclass(frozen=True)
@@ -124,9 +132,17 @@ LOADERS: dict[tuple[ModelKind, ModelFormat], Loader] = {
 
 
 def load_backend(
-    folder: Path, manifest: ModelManifest, context: LoadContext | None = None
+    folder: Path,
+    manifest: ModelManifest,
+    context: LoadContext | None = None,
+    *,
+    vocab: Vocabulary | None = None,
 ) -> LanguageModelBackend:
-    """Loads the model; every failure becomes a `ModelLoadError` naming the file and reason."""
+    """Loads the model; every failure becomes a `ModelLoadError` naming the file and reason.
+
+    `vocab` (a character or BPE codec's) replaces the tokens the backend read from `vocab.txt`,
+    which must be exactly these tokens, escaped.
+    """
     loader = LOADERS.get((manifest.kind, manifest.format))
     if loader is None:
         raise ModelLoadError(
@@ -134,10 +150,77 @@ def load_backend(
             f"format {manifest.format.value!r} for kind {manifest.kind.value!r} is not supported",
         )
     try:
-        return loader(folder, manifest, context or LoadContext())
+        backend = loader(folder, manifest, context or LoadContext())
     except ModelLoadError:
         raise
     except Exception as exc:  # the backend's own errors: report them, keep serving the rest
         main_file = next(iter(manifest.files.values()), None)
         where = str(folder / main_file.path) if main_file else str(folder)
         raise ModelLoadError(where, f"{type(exc).__name__}: {exc}") from exc
+    if vocab is not None:
+        _adopt_vocabulary(backend, vocab, manifest.file_path(folder, "vocab"))
+    return backend
+
+
+def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | BpeCodec | None:
+    """The character or BPE codec of a recurrent model, from its files; None for other models.
+
+    Character: `vocab.txt`, escaped, with the manifest's special tokens. BPE: the tokenizer file
+    (`tokenizer.file`, default key `tokenizer`). Both split words with the manifest's rule.
+    """
+    spec = manifest.tokenizer
+    if spec.kind is TokenizerKind.WORD or manifest.kind is ModelKind.INTERPOLATED:
+        return None
+    if manifest.kind not in RECURRENT_KINDS:
+        raise ModelLoadError(
+            str(folder / "model.yaml"),
+            f"a {spec.kind.value} tokenizer is served with recurrent models only, "
+            f"not kind {manifest.kind.value!r}",
+        )
+    if spec.kind is TokenizerKind.CHARACTER:
+        path = manifest.file_path(folder, "vocab")
+        specials = manifest.special_tokens
+        try:
+            vocab = Vocabulary.from_words(
+                read_vocab_file(path, escape=True),
+                unk=specials.unk,
+                bos=specials.bos,
+                eos=specials.eos,
+                pad=specials.pad,
+            )
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(str(path), f"unreadable vocabulary: {exc}") from exc
+        except (KeyError, ValueError) as exc:  # a bad escape, a duplicate, a missing special
+            raise ModelLoadError(str(path), f"character vocabulary: {exc}") from exc
+        return CharCodec(vocab, lowercase=spec.lowercase, pattern=spec.pattern)
+    path = manifest.file_path(folder, spec.file or "tokenizer")
+    try:
+        return BpeCodec.from_file(path, lowercase=spec.lowercase, pattern=spec.pattern)
+    except Exception as exc:  # tokenizers' own errors, or our checks of its vocabulary
+        raise ModelLoadError(str(path), f"BPE tokenizer: {type(exc).__name__}: {exc}") from exc
+
+
+def _adopt_vocabulary(backend: LanguageModelBackend, vocab: Vocabulary, path: Path) -> None:
+    """Gives a recurrent backend its codec's tokens after checking `vocab.txt` lists them.
+
+    The backends read `vocab.txt` line by line as word models need; a character or BPE model's
+    lines are those tokens escaped, same ids, so only the strings change here.
+    """
+    from lmserve.server.backends.recurrent import RecurrentBackend
+
+    if not isinstance(backend, RecurrentBackend):
+        raise ModelLoadError(str(path), "only recurrent models take a codec's vocabulary")
+    lines = backend.vocab.words
+    if len(lines) != len(vocab):
+        raise ModelLoadError(
+            str(path), f"has {len(lines)} tokens, the model's tokenizer has {len(vocab)}"
+        )
+    for i, (line, token) in enumerate(zip(lines, vocab.words, strict=True)):
+        if line != escape_token(token):
+            raise ModelLoadError(
+                str(path),
+                f"token {i} is {line!r}, the tokenizer's is {token!r} "
+                f"(written {escape_token(token)!r})",
+            )
+    # Not a constructor argument of the backends' load(): same ids, unescaped strings.
+    backend._vocab = vocab

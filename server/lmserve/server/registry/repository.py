@@ -8,6 +8,8 @@ A folder that fails (bad manifest, missing file, checksum, malformed model) is k
 with `load_error` naming the file and the reason; the other models still serve. Interpolated
 models load after every other, since they are built from loaded components. Neural models (and
 mixtures with a neural component) get a micro-batcher unless the settings turn batching off.
+Each model scores with the codec its manifest's tokenizer names: words (`WordCodec`), characters
+(`CharCodec`, from the escaped `vocab.txt`) or BPE subwords (`BpeCodec`, from `tokenizer.json`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from lmserve.server.backends.recurrent import RecurrentBackend
 from lmserve.server.decoding.scoring import Scorer
 from lmserve.server.engine.batcher import BatchLimits, MicroBatcher
 from lmserve.server.errors import ManifestError, ModelLoadError, ModelNotFound, ModelUnavailable
-from lmserve.server.registry.loaders import LoadContext, LoadedModel, load_backend
+from lmserve.server.registry.loaders import (
+    LoadContext,
+    LoadedModel,
+    load_backend,
+    read_subword_codec,
+)
 from lmserve.server.registry.manifest import (
     ModelKind,
     ModelManifest,
@@ -37,6 +44,8 @@ from lmserve.server.registry.manifest import (
     verify_files,
 )
 from lmserve.server.settings import Settings
+from lmserve.server.text.char import CharCodec
+from lmserve.server.text.codec import TextCodec, WordCodec
 from lmserve.server.text.word import WordTokenizer
 
 log = logging.getLogger(__name__)
@@ -96,17 +105,35 @@ class LoadOptions:
 
 
 def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
-    """The tokenizer the manifest asks for (the word codec; character and BPE ones to come)."""
+    """The word splitter the manifest asks for (every codec splits words with it first)."""
     spec = manifest.tokenizer
-    if spec.kind is not TokenizerKind.WORD:
-        raise ModelLoadError(
-            str(folder),
-            f"tokenizer kind {spec.kind.value!r} is not supported by this server yet",
-        )
     try:
         return WordTokenizer(lowercase=spec.lowercase, pattern=spec.pattern)
     except re.error as exc:
         raise ModelLoadError(str(folder), f"tokenizer.pattern {spec.pattern!r}: {exc}") from exc
+
+
+def make_codec(
+    folder: Path,
+    manifest: ModelManifest,
+    backend: LanguageModelBackend,
+    subword: TextCodec | None = None,
+) -> TextCodec:
+    """The codec of a loaded model: `subword` (read from a recurrent model's files) or one over
+    the backend's vocabulary (word models; mixtures of character models)."""
+    if subword is not None:
+        return subword
+    spec = manifest.tokenizer
+    tokenizer = make_tokenizer(folder, manifest)
+    if spec.kind is TokenizerKind.WORD:
+        # Built once per model: the C word index when the tokenizer's rule allows it.
+        return WordCodec(tokenizer, backend.vocab)
+    if spec.kind is TokenizerKind.CHARACTER and manifest.kind is ModelKind.INTERPOLATED:
+        return CharCodec(backend.vocab, lowercase=spec.lowercase, pattern=spec.pattern)
+    raise ModelLoadError(
+        str(folder / "model.yaml"),
+        f"a {spec.kind.value} tokenizer is not served for a {manifest.kind.value} model",
+    )
 
 
 def _needs_batcher(backend: LanguageModelBackend) -> bool:
@@ -128,14 +155,21 @@ def load_entry(
     try:
         manifest = read_manifest(folder)
         verify_files(folder, manifest)
-        tokenizer = make_tokenizer(folder, manifest)
+        make_tokenizer(folder, manifest)  # a bad pattern fails before anything loads
+        subword = read_subword_codec(folder, manifest)
         components = {
             e.name: LoadedModel(e.backend, e.manifest)
             for e in (loaded or {}).values()
             if e.backend is not None and e.manifest is not None
         }
-        backend = load_backend(folder, manifest, LoadContext(options.onnx, components))
+        backend = load_backend(
+            folder,
+            manifest,
+            LoadContext(options.onnx, components),
+            vocab=subword.vocab if subword is not None else None,
+        )
         _check_special_tokens(folder, manifest, backend)
+        codec = make_codec(folder, manifest, backend, subword)
     except ModelLoadError as exc:
         name = manifest.name if manifest else folder.name
         log.error("model %s failed to load: %s", name, exc)
@@ -150,7 +184,7 @@ def load_entry(
         folder,
         ModelState.READY,
         manifest,
-        scorer=Scorer(batcher.backend if batcher else backend, tokenizer),
+        scorer=Scorer(batcher.backend if batcher else backend, codec),
         load_seconds=seconds,
         batcher=batcher,
     )
