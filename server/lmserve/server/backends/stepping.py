@@ -1,0 +1,269 @@
+"""One token at a time over any backend: the uniform interface generation is written against.
+
+A `Stepper` keeps no state of its own (the backend contract: state in, state out). A batch state
+can be split into per-sequence states and merged back in any order, so a scheduler adds and
+removes sequences between steps and beam search reorders (and duplicates) beams:
+
+    lp, state = stepper.prefill([[5, 6], [7]])        # log P(next | <s> prompt) [2, V], nats
+    lp, state = stepper.step(np.array([3, 4]), state)  # feed one token per row
+    a, b = stepper.split(state)
+    state = stepper.merge([b, a, a])                   # reorder and duplicate rows
+    state = stepper.select(state, np.array([1, 0, 0])) # the same, in one gather
+
+Implementations:
+- `RecurrentStepper`: the state is the backend's tuple of float32 arrays [layers, batch, hidden];
+  a step is one batched graph call with T = 1.
+- `ContextStepper`: any backend with `next_token_log_probs(context)`; the state is each row's
+  token history (with an explicit `<s>`), kept to the last `max_context` ids. For an n-gram model
+  that is the last order-1 ids (KenLM's state), so a step costs one distribution per distinct
+  context in the batch (rows sharing a context, like beams or samples of one prompt, share it).
+- `InterpolatedStepper`: one stepper per component, states side by side, the distributions mixed
+  by log sum_i w_i p_i over the common vocabulary.
+
+`make_stepper(backend)` picks one. All log-probabilities are natural logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.base import FloatArray, LanguageModelBackend, Vocabulary
+from lmserve.server.backends.interpolated import InterpolatedBackend
+from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.recurrent import RecurrentBackend, RecurrentState
+from lmserve.server.errors import Unimplemented
+
+IndexArray = npt.NDArray[np.int64]
+State = Any
+
+
+class Stepper(Protocol):
+    """Generation over one backend, one token per row per step (natural-log probabilities)."""
+
+    @property
+    def vocab(self) -> Vocabulary: ...
+
+    def initial_state(self, batch: int) -> State:
+        """The state before anything, `<s>` included, was read."""
+        ...
+
+    def step(self, tokens: npt.ArrayLike, state: State) -> tuple[FloatArray, State]:
+        """tokens [B] -> log P(next | history, token) [B, V] and the state after the token."""
+        ...
+
+    def prefill(
+        self, prompts: Sequence[Sequence[int]], *, bos: bool = True
+    ) -> tuple[FloatArray, State]:
+        """Reads `[<s>] prompt` per row: the next-token log-probs [B, V] and the state."""
+        ...
+
+    def split(self, state: State) -> list[State]:
+        """A batch state -> one state per row (each a batch of one)."""
+        ...
+
+    def merge(self, states: Sequence[State]) -> State:
+        """Per-row (or any batch) states -> one batch state, rows in the given order."""
+        ...
+
+    def select(self, state: State, rows: npt.ArrayLike) -> State:
+        """The batch state of rows `rows` (repeats allowed): beams reordered in one gather."""
+        ...
+
+
+class RecurrentStepper:
+    """Steps a recurrent backend; its state is a tuple of [layers, batch, hidden] arrays."""
+
+    def __init__(self, backend: RecurrentBackend) -> None:
+        self.backend = backend
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.backend.vocab
+
+    def initial_state(self, batch: int) -> RecurrentState:
+        return self.backend.initial_state(batch)
+
+    def step(self, tokens: npt.ArrayLike, state: RecurrentState) -> tuple[FloatArray, State]:
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
+        log_probs, new_state = self.backend.step(ids, state)
+        return np.asarray(log_probs[:, 0, :], dtype=np.float64), new_state
+
+    def prefill(
+        self, prompts: Sequence[Sequence[int]], *, bos: bool = True
+    ) -> tuple[FloatArray, RecurrentState]:
+        # Rows of equal length run together (no padding reaches the state), chunk by chunk.
+        inputs = [([self.vocab.bos_id] if bos else []) + [int(t) for t in p] for p in prompts]
+        if any(not row for row in inputs):
+            raise Unimplemented("a recurrent model needs <s> or a prompt to predict from")
+        out = np.empty((len(inputs), len(self.vocab)), dtype=np.float64)
+        states: list[RecurrentState | None] = [None] * len(inputs)
+        by_length: dict[int, list[int]] = {}
+        for i, row in enumerate(inputs):
+            by_length.setdefault(len(row), []).append(i)
+        chunk = self.backend.max_chunk_tokens
+        for length, rows in by_length.items():
+            tokens = np.asarray([inputs[i] for i in rows], dtype=np.int64)
+            state = self.backend.initial_state(len(rows))
+            log_probs = None
+            for start in range(0, length, chunk):
+                window = np.ascontiguousarray(tokens[:, start : start + chunk])
+                log_probs, state = self.backend.step(window, state)
+            assert log_probs is not None
+            out[rows] = log_probs[:, -1, :]
+            for j, i in enumerate(rows):
+                states[i] = tuple(s[:, j : j + 1] for s in state)
+        return out, self.merge([s for s in states if s is not None])
+
+    def split(self, state: RecurrentState) -> list[RecurrentState]:
+        batch = state[0].shape[1]
+        return [tuple(np.ascontiguousarray(s[:, i : i + 1]) for s in state) for i in range(batch)]
+
+    def merge(self, states: Sequence[RecurrentState]) -> RecurrentState:
+        if not states:
+            return self.initial_state(0)
+        return tuple(
+            np.ascontiguousarray(np.concatenate([st[k] for st in states], axis=1))
+            for k in range(len(states[0]))
+        )
+
+    def select(self, state: RecurrentState, rows: npt.ArrayLike) -> RecurrentState:
+        index = np.asarray(rows, dtype=np.int64)
+        return tuple(np.ascontiguousarray(s[:, index]) for s in state)
+
+
+ContextState = tuple[tuple[int, ...], ...]
+
+
+class ContextStepper:
+    """Steps any backend through `next_token_log_probs`; the state is each row's recent ids.
+
+    Each row's context starts with an explicit `<s>` (when bos) and is cut to the last
+    `max_context` ids (None: the whole history). A step asks the backend once per distinct
+    context in the batch, a tight loop: the n-gram engine has no batched next-token call.
+    """
+
+    def __init__(self, backend: LanguageModelBackend, *, max_context: int | None = None) -> None:
+        self.backend = backend
+        self.max_context = max_context
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.backend.vocab
+
+    def _cut(self, context: tuple[int, ...]) -> tuple[int, ...]:
+        if self.max_context is None:
+            return context
+        return context[len(context) - self.max_context :] if self.max_context else ()
+
+    def initial_state(self, batch: int) -> ContextState:
+        return ((),) * batch
+
+    def _distributions(self, state: ContextState) -> FloatArray:
+        out = np.empty((len(state), len(self.vocab)), dtype=np.float64)
+        cache: dict[tuple[int, ...], FloatArray] = {}
+        for i, context in enumerate(state):
+            row = cache.get(context)
+            if row is None:
+                # `<s>` is already in the context when the row started with one.
+                row = cache[context] = self.backend.next_token_log_probs(context, bos=False)
+            out[i] = row
+        return out
+
+    def step(self, tokens: npt.ArrayLike, state: ContextState) -> tuple[FloatArray, State]:
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1).tolist()
+        if len(ids) != len(state):
+            raise ValueError(f"{len(ids)} tokens for a state of {len(state)} rows")
+        new_state = tuple(self._cut((*ctx, t)) for ctx, t in zip(state, ids, strict=True))
+        return self._distributions(new_state), new_state
+
+    def prefill(
+        self, prompts: Sequence[Sequence[int]], *, bos: bool = True
+    ) -> tuple[FloatArray, ContextState]:
+        head = (self.vocab.bos_id,) if bos else ()
+        state = tuple(self._cut((*head, *(int(t) for t in p))) for p in prompts)
+        return self._distributions(state), state
+
+    def split(self, state: ContextState) -> list[ContextState]:
+        return [(ctx,) for ctx in state]
+
+    def merge(self, states: Sequence[ContextState]) -> ContextState:
+        return tuple(ctx for st in states for ctx in st)
+
+    def select(self, state: ContextState, rows: npt.ArrayLike) -> ContextState:
+        return tuple(state[int(i)] for i in np.asarray(rows).reshape(-1))
+
+
+InterpolatedState = tuple[State, ...]
+
+
+class InterpolatedStepper:
+    """Steps each component and mixes: log sum_i w_i p_i(w) over the common vocabulary.
+
+    Common ids map to component ids by token string (a word a component lacks is its `<unk>`),
+    as `InterpolatedBackend` scores; the state is the tuple of the components' states.
+    """
+
+    def __init__(self, backend: InterpolatedBackend) -> None:
+        self.backend = backend
+        self.parts = [make_stepper(b) for b in backend.components]
+        words = backend.vocab.words
+        self._maps = [
+            np.array([b.vocab.index.get(w, b.vocab.unk_id) for w in words], dtype=np.int64)
+            for b in backend.components
+        ]
+        with np.errstate(divide="ignore"):
+            self._log_weights = np.log(backend.weights)
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.backend.vocab
+
+    def _mix(self, rows: Sequence[FloatArray]) -> FloatArray:
+        mixed: FloatArray | None = None
+        for k, lp in enumerate(rows):
+            term = lp[:, self._maps[k]] + self._log_weights[k]
+            mixed = term if mixed is None else np.logaddexp(mixed, term)
+        assert mixed is not None
+        return mixed
+
+    def initial_state(self, batch: int) -> InterpolatedState:
+        return tuple(p.initial_state(batch) for p in self.parts)
+
+    def step(self, tokens: npt.ArrayLike, state: InterpolatedState) -> tuple[FloatArray, State]:
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        results = [p.step(m[ids], s) for p, m, s in zip(self.parts, self._maps, state, strict=True)]
+        return self._mix([lp for lp, _ in results]), tuple(s for _, s in results)
+
+    def prefill(
+        self, prompts: Sequence[Sequence[int]], *, bos: bool = True
+    ) -> tuple[FloatArray, InterpolatedState]:
+        results = [
+            p.prefill([m[np.asarray(q, dtype=np.int64)].tolist() for q in prompts], bos=bos)
+            for p, m in zip(self.parts, self._maps, strict=True)
+        ]
+        return self._mix([lp for lp, _ in results]), tuple(s for _, s in results)
+
+    def split(self, state: InterpolatedState) -> list[InterpolatedState]:
+        per_part = [p.split(s) for p, s in zip(self.parts, state, strict=True)]
+        return [tuple(rows) for rows in zip(*per_part, strict=True)]
+
+    def merge(self, states: Sequence[InterpolatedState]) -> InterpolatedState:
+        return tuple(p.merge([st[k] for st in states]) for k, p in enumerate(self.parts))
+
+    def select(self, state: InterpolatedState, rows: npt.ArrayLike) -> InterpolatedState:
+        return tuple(p.select(s, rows) for p, s in zip(self.parts, state, strict=True))
+
+
+def make_stepper(backend: LanguageModelBackend) -> Stepper:
+    """The stepper for a backend: recurrent, n-gram (order-1 context), interpolated, or any."""
+    if isinstance(backend, RecurrentBackend):
+        return RecurrentStepper(backend)
+    if isinstance(backend, NgramModel):
+        return ContextStepper(backend, max_context=backend.order - 1)
+    if isinstance(backend, InterpolatedBackend):
+        return InterpolatedStepper(backend)
+    return ContextStepper(backend)
