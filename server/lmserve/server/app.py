@@ -29,6 +29,7 @@ from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_heal
 from lmserve.server.api.interceptors import ServingInterceptor
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.api.validation import Limits
+from lmserve.server.engine.scheduler import GenerationLimits
 from lmserve.server.metrics import Metrics, serve_metrics
 from lmserve.server.registry.repository import (
     LoadOptions,
@@ -55,6 +56,7 @@ class RunningServer:
     metrics_port: int | None = None
     _metrics_httpd: Any = None
     _executor: Executor | None = None
+    _servicer: LanguageModelServicer | None = None
     _stopped: bool = field(default=False, repr=False)
 
     async def stop(self, grace: float | None) -> None:
@@ -64,6 +66,8 @@ class RunningServer:
         self._stopped = True
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self._servicer is not None:
+            await asyncio.to_thread(self._servicer.close)
         await self.repository.aclose()
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
@@ -117,7 +121,15 @@ async def start_server(
         else None
     )
     limits = Limits(settings.max_texts_per_request, settings.max_tokens_per_text)
-    servicer = LanguageModelServicer(repository, limits, metrics, executor)
+    generation = GenerationLimits(
+        max_active_sequences=settings.max_active_sequences,
+        max_queued_requests=settings.max_queued_requests,
+        max_new_tokens=settings.max_new_tokens,
+        max_n=settings.max_n,
+        max_beam_width=settings.max_beam_width,
+        max_top_logprobs=settings.max_top_logprobs,
+    )
+    servicer = LanguageModelServicer(repository, limits, metrics, executor, generation)
     lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -135,6 +147,7 @@ async def start_server(
         raise OSError(f"could not bind {settings.host}:{settings.port}")
     await server.start()
     running = RunningServer(server, port, metrics, health, repository, _executor=executor)
+    running._servicer = servicer
     if settings.metrics_enabled:
         httpd, running.metrics_port = serve_metrics(
             metrics.registry, settings.metrics_host, settings.metrics_port

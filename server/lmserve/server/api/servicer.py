@@ -9,13 +9,14 @@ Errors are raised as `lmserve.server.errors` and mapped to status codes by the i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from typing import TypeVar
 
 from grpc import aio
 
-from lmserve.server.api import convert
+from lmserve.server.api import convert, generation
 from lmserve.server.api.interceptors import note_model
 from lmserve.server.api.validation import (
     Limits,
@@ -29,6 +30,8 @@ from lmserve.server.decoding.scoring import (
     ScoredTexts,
     ScoreOptions,
 )
+from lmserve.server.engine.scheduler import GenerationLimits, SchedulerPool
+from lmserve.server.engine.sequence import GenerationRequest
 from lmserve.server.errors import InvalidArgument, Unimplemented
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry, ModelRepository
@@ -47,10 +50,13 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         limits: Limits,
         metrics: Metrics,
         executor: Executor | None = None,
+        generation_limits: GenerationLimits | None = None,
     ) -> None:
         self._repository = repository
         self._limits = limits
         self._metrics = metrics
+        # One continuous-batching scheduler per model, created on its first Generate.
+        self._generation = SchedulerPool(generation_limits or GenerationLimits(), metrics)
         # None scores inline on the event loop (measured fastest for batches on few cores).
         self._executor = executor
 
@@ -120,13 +126,45 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
 
     # -- later -----------------------------------------------------------------------------
 
-    async def Generate(self, request: pb.GenerateRequest, context: aio.ServicerContext) -> None:
-        raise Unimplemented("Generate is not implemented yet on this server")
+    # -- generation ------------------------------------------------------------------------
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        entry = self._ready(request.model)
+        backend = entry.backend
+        assert backend is not None
+        vocab = backend.vocab
+        limits = self._generation.limits
+        params = generation.generate_params(request, limits, len(vocab))
+        prompt = self._prompt(entry, request.prompt, request.prompt_token_ids, len(vocab))
+        remaining = context.time_remaining()
+        deadline = None if remaining is None else time.monotonic() + remaining
+        scheduler = self._generation.get(entry.name, backend)
+        stream = scheduler.submit(GenerationRequest(prompt, params, deadline))
+        words, logprobs, top = vocab.words, params.logprobs, params.top_logprobs
+        try:
+            async for event in stream:
+                yield generation.generate_response(event, words, logprobs, top)
+        finally:
+            stream.cancel()  # no-op when finished; frees the slots of a client that left
 
     async def BeamSearch(
         self, request: pb.BeamSearchRequest, context: aio.ServicerContext
     ) -> pb.BeamSearchResponse:
-        raise Unimplemented("BeamSearch is not implemented yet on this server")
+        entry = self._ready(request.model)
+        backend = entry.backend
+        assert backend is not None
+        vocab = backend.vocab
+        params = generation.beam_params(request, self._generation.limits, len(vocab))
+        prompt = self._prompt(entry, request.prompt, request.prompt_token_ids, len(vocab))
+        stepper = self._generation.stepper(entry.name, backend)
+        from lmserve.server.decoding.beam import beam_search
+
+        hypotheses = await asyncio.to_thread(beam_search, stepper, prompt, params)
+        return pb.BeamSearchResponse(
+            hypotheses=[generation.beam_hypothesis(h, vocab) for h in hypotheses]
+        )
 
     async def Rerank(
         self, request: pb.RerankRequest, context: aio.ServicerContext
@@ -139,6 +177,30 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         raise Unimplemented("Complete is not implemented yet on this server")
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the generation schedulers' threads."""
+        self._generation.close()
+
+    def _prompt(
+        self, entry: ModelEntry, text: str, ids: Sequence[int], vocab_size: int
+    ) -> list[int]:
+        """The prompt as ids: `prompt_token_ids` checked, or `prompt` text tokenized."""
+        if ids:
+            if text:
+                raise InvalidArgument("prompt", "set either prompt or prompt_token_ids, not both")
+            return generation.prompt_ids(ids, vocab_size)
+        if not text:
+            return []
+        assert entry.scorer is not None
+        batch = entry.scorer.codec.encode_texts([text])
+        if len(batch.ids) > self._limits.max_tokens_per_text:
+            raise InvalidArgument(
+                "prompt",
+                f"has {len(batch.ids)} tokens, more than the limit of "
+                f"{self._limits.max_tokens_per_text}",
+            )
+        return [int(i) for i in batch.ids]
 
     def _ready(self, model: str) -> ModelEntry:
         name = validate_model_name(model)

@@ -1,0 +1,412 @@
+"""Continuous batching: one scheduler per model steps every active sequence in one batched call.
+
+    pool = SchedulerPool(GenerationLimits(max_active_sequences=256, max_queued_requests=1024),
+                         metrics)
+    scheduler = pool.get(entry)                  # created on the model's first Generate
+    stream = scheduler.submit(GenerationRequest(prompt_ids, params, deadline))
+    async for event in stream: ...               # TokenEvent per token, FinishEvent per sample
+
+The loop (after Orca, Yu et al., 2022, and vLLM's scheduler) runs in one thread per model so the
+event loop keeps streaming while the model computes. Every iteration:
+1. admits waiting requests while slots are free and prefills their prompts in one batched call
+   (each of a request's `n` samples then starts from a copy of the prompt's state);
+2. drops sequences whose stream was cancelled or whose deadline passed: they leave before the
+   step, so a client that went away costs nothing more;
+3. draws the next token of every active sequence from its row of the batch's distributions
+   (vectorised, with each sequence's own seeded generator, so a seeded request gives the same
+   tokens alone or batched with any others);
+4. detokenizes, checks stop conditions, posts the new events to the streams (one hand-over to
+   the event loop per iteration), removes finished sequences;
+5. advances the remaining sequences with ONE `Stepper.step` over the whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.engine import decoding_bridge as bridge
+from lmserve.server.engine.sequence import (
+    Event,
+    Finish,
+    FinishEvent,
+    GenerationRequest,
+    GenerationStream,
+    TokenEvent,
+    Usage,
+)
+from lmserve.server.errors import Overloaded
+from lmserve.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GenerationLimits:
+    """How many sequences one model steps together, how many requests may wait, and the
+    per-request limits Generate and BeamSearch are validated against (from the settings)."""
+
+    max_active_sequences: int = 256
+    max_queued_requests: int = 1024
+    max_new_tokens: int = 4096
+    max_n: int = 16
+    max_beam_width: int = 64
+    max_top_logprobs: int = 20
+
+
+class _Sequence:
+    """One sample of one request, as the scheduler thread tracks it."""
+
+    __slots__ = (
+        "stream",
+        "request",
+        "sample_index",
+        "decoder",
+        "generated",
+        "log_prob",
+        "last_time",
+        "first_time",
+    )
+
+    def __init__(self, stream: GenerationStream, sample_index: int, decoder: Any) -> None:
+        self.stream = stream
+        self.request = stream.request
+        self.sample_index = sample_index
+        self.decoder = decoder  # per-sample: generator, history, detokenizer, stop matcher
+        self.generated = 0
+        self.log_prob = 0.0
+        self.last_time = 0.0
+        self.first_time = 0.0
+
+    def finish_event(self, reason: Finish, text: str, now: float) -> FinishEvent:
+        started = self.request.arrived
+        return FinishEvent(
+            sample_index=self.sample_index,
+            reason=reason,
+            text=text,
+            log_prob=self.log_prob,
+            usage=Usage(
+                prompt_tokens=len(self.request.prompt_ids),
+                generated_tokens=self.generated,
+                time_to_first_token_seconds=(self.first_time - started) if self.generated else 0.0,
+                total_seconds=now - started,
+            ),
+        )
+
+
+class GenerationScheduler:
+    """Steps every active sequence of one model together; requests join and leave between steps.
+
+    `submit` is called on the event loop; everything else of the loop runs in this scheduler's
+    own thread. `steps` counts batched `Stepper.step` calls and `active` the sequences being
+    stepped (both for tests and metrics).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        stepper: Any,
+        vocab: Any,
+        limits: GenerationLimits,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.model = model
+        self.stepper = stepper
+        self.vocab = vocab
+        self.limits = limits
+        self._metrics = metrics
+        self._waiting: deque[GenerationStream] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.active: list[_Sequence] = []
+        self.steps = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"lmserve-generate-{model}", daemon=True
+        )
+        self._thread.start()
+
+    # -- the event loop's side -------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest) -> GenerationStream:
+        """Queues a request; Overloaded when the queue is full. Call on the event loop."""
+        self._loop = asyncio.get_running_loop()
+        samples = bridge.samples_of(request.params)
+        stream = GenerationStream(request, samples)
+        with self._cond:
+            if self._closed:
+                raise Overloaded(f"the generation scheduler of {self.model!r} is shutting down")
+            if len(self._waiting) >= self.limits.max_queued_requests:
+                raise Overloaded(
+                    f"{len(self._waiting)} Generate requests already wait for model "
+                    f"{self.model!r} (max_queued_requests); retry later"
+                )
+            self._waiting.append(stream)
+            self._set_pending(len(self._waiting))
+            self._cond.notify()
+        return stream
+
+    @property
+    def pending(self) -> int:
+        return len(self._waiting)
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Stops the thread; requests still waiting or active end with CANCELLED."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    # -- the scheduler thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        log_probs: npt.NDArray[Any] | None = None
+        state: Any = None
+        while True:
+            with self._cond:
+                while not self._closed and not self._waiting and not self.active:
+                    self._cond.wait()
+                if self._closed:
+                    break
+                admitted = self._admit()
+            try:
+                if admitted:
+                    log_probs, state = self._prefill(admitted, log_probs, state)
+                log_probs, state = self._drop_gone(log_probs, state)
+                if self.active:
+                    assert log_probs is not None
+                    log_probs, state = self._iterate(log_probs, state)
+            except Exception as exc:  # a model or decoding bug: fail these streams, keep serving
+                log.exception("generation step of %s failed", self.model)
+                self._fail_all(exc)
+                log_probs, state = None, None
+        self._shutdown()
+
+    def _admit(self) -> list[GenerationStream]:
+        """Waiting streams that fit in the free slots (one at least when nothing runs)."""
+        free = self.limits.max_active_sequences - len(self.active)
+        admitted: list[GenerationStream] = []
+        while self._waiting:
+            stream = self._waiting[0]
+            if stream.samples > free and (admitted or self.active):
+                break
+            self._waiting.popleft()
+            if stream.cancelled:
+                continue
+            admitted.append(stream)
+            free -= stream.samples
+        if admitted:
+            self._set_pending(len(self._waiting))
+        return admitted
+
+    def _prefill(
+        self,
+        streams: list[GenerationStream],
+        log_probs: npt.NDArray[Any] | None,
+        state: Any,
+    ) -> tuple[npt.NDArray[Any], Any]:
+        """Reads the new prompts in one batched call and appends their samples' rows."""
+        prompt_lp, prompt_state = self.stepper.prefill([s.request.prompt_ids for s in streams])
+        rows: list[int] = []
+        for i, stream in enumerate(streams):
+            for k in range(stream.samples):
+                decoder = bridge.new_decoder(stream.request, k, self.vocab)
+                self.active.append(_Sequence(stream, k, decoder))
+                rows.append(i)
+        new_lp = prompt_lp[rows]
+        new_state = bridge.select_rows(self.stepper, prompt_state, rows)
+        if log_probs is None or state is None or len(self.active) == len(rows):
+            return new_lp, new_state
+        return (
+            np.concatenate([log_probs, new_lp]),
+            self.stepper.merge([state, new_state]),
+        )
+
+    def _drop_gone(
+        self, log_probs: npt.NDArray[Any] | None, state: Any
+    ) -> tuple[npt.NDArray[Any] | None, Any]:
+        """Cancelled streams and passed deadlines leave before the step (their slot frees)."""
+        if not self.active:
+            return log_probs, state
+        now_mono = time.monotonic()
+        gone = [
+            i
+            for i, seq in enumerate(self.active)
+            if seq.stream.cancelled
+            or (seq.request.deadline is not None and now_mono >= seq.request.deadline)
+        ]
+        if not gone:
+            return log_probs, state
+        now = time.perf_counter()
+        events: dict[GenerationStream, list[Event]] = {}
+        for i in gone:
+            seq = self.active[i]
+            if not seq.stream.cancelled:  # deadline: tell the stream, which still listens
+                text = bridge.final_text(seq.decoder)
+                events.setdefault(seq.stream, []).append(
+                    seq.finish_event(Finish.CANCELLED, text, now)
+                )
+        keep = sorted(set(range(len(self.active))) - set(gone))
+        return self._keep(keep, log_probs, state, events)
+
+    def _iterate(self, log_probs: npt.NDArray[Any], state: Any) -> tuple[npt.NDArray[Any], Any]:
+        """Draws one token per active sequence, emits it, then steps the survivors once."""
+        active = self.active
+        drawn = bridge.sample(active, log_probs)
+        now = time.perf_counter()
+        events: dict[GenerationStream, list[Event]] = {}
+        keep: list[int] = []
+        next_tokens: list[int] = []
+        metrics = self._metrics
+        itl = metrics.inter_token_latency.labels(model=self.model) if metrics else None
+        for i, seq in enumerate(active):
+            token_id, token_lp, top = drawn.ids[i], drawn.log_probs[i], drawn.top[i]
+            piece, finish = bridge.accept(seq.decoder, token_id, seq.generated + 1)
+            seq.log_prob += token_lp
+            if seq.generated == 0:
+                seq.first_time = now
+                if metrics is not None and seq.sample_index == 0:
+                    metrics.time_to_first_token.labels(model=self.model).observe(
+                        now - seq.request.arrived
+                    )
+            elif itl is not None:
+                itl.observe(now - seq.last_time)
+            seq.last_time = now
+            out = events.setdefault(seq.stream, [])
+            if piece is not None:  # None: a token that ends the sample and is not emitted
+                out.append(
+                    TokenEvent(seq.sample_index, seq.generated, token_id, piece, token_lp, top)
+                )
+                seq.generated += 1
+            if finish is not None:
+                out.append(seq.finish_event(finish, bridge.final_text(seq.decoder), now))
+            else:
+                keep.append(i)
+                next_tokens.append(token_id)
+        if metrics is not None:
+            metrics.generated_tokens.labels(model=self.model).inc(len(active))
+        log_probs_kept, state = self._keep(keep, log_probs, state, events)
+        if not self.active:
+            return log_probs_kept if log_probs_kept is not None else log_probs[:0], state
+        tokens = np.asarray(next_tokens, dtype=np.int64)
+        new_lp, state = self.stepper.step(tokens, state)
+        self.steps += 1
+        return new_lp, state
+
+    def _keep(
+        self,
+        keep: Sequence[int],
+        log_probs: npt.NDArray[Any] | None,
+        state: Any,
+        events: dict[GenerationStream, list[Event]],
+    ) -> tuple[npt.NDArray[Any] | None, Any]:
+        """Keeps rows `keep` of the batch, posts `events`, updates the gauge."""
+        if events:
+            self._post(list(events.items()))
+        if len(keep) == len(self.active):
+            return log_probs, state
+        self.active = [self.active[i] for i in keep]
+        self._set_active(len(self.active))
+        if not keep:
+            return None, None
+        rows = list(keep)
+        kept_lp = None if log_probs is None else log_probs[rows]
+        return kept_lp, bridge.select_rows(self.stepper, state, rows)
+
+    # -- hand-over to the event loop -------------------------------------------------------
+
+    def _post(self, items: list[tuple[GenerationStream, list[Event] | BaseException]]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(_deliver, items)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        streams = {seq.stream: None for seq in self.active}
+        self.active = []
+        self._set_active(0)
+        self._post([(s, exc) for s in streams])
+
+    def _shutdown(self) -> None:
+        now = time.perf_counter()
+        items: list[tuple[GenerationStream, list[Event] | BaseException]] = []
+        by_stream: dict[GenerationStream, list[Event]] = {}
+        for seq in self.active:
+            by_stream.setdefault(seq.stream, []).append(
+                seq.finish_event(Finish.CANCELLED, bridge.final_text(seq.decoder), now)
+            )
+        items.extend(by_stream.items())
+        with self._cond:
+            waiting, self._waiting = list(self._waiting), deque()
+        items.extend((s, Overloaded("the server is shutting down")) for s in waiting)
+        self.active = []
+        self._post(items)
+
+    def _set_active(self, count: int) -> None:
+        if self._metrics is not None:
+            self._metrics.active_sequences.labels(model=self.model).set(count)
+
+    def _set_pending(self, count: int) -> None:
+        if self._metrics is not None:
+            self._metrics.pending_requests.labels(model=self.model).set(count)
+
+
+def _deliver(items: list[tuple[GenerationStream, list[Event] | BaseException]]) -> None:
+    for stream, item in items:
+        stream._put(item)
+
+
+class SchedulerPool:
+    """The schedulers of a server, one per model, each created on the model's first Generate."""
+
+    def __init__(
+        self,
+        limits: GenerationLimits,
+        metrics: Metrics | None = None,
+        stepper_factory: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.limits = limits
+        self._metrics = metrics
+        self._factory = stepper_factory or bridge.make_stepper
+        self._schedulers: dict[str, GenerationScheduler] = {}
+        self._steppers: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def stepper(self, name: str, backend: Any) -> Any:
+        """The model's Stepper (stateless, shared by its scheduler and beam searches)."""
+        with self._lock:
+            stepper = self._steppers.get(name)
+            if stepper is None:
+                stepper = self._steppers[name] = self._factory(backend)
+            return stepper
+
+    def get(self, name: str, backend: Any) -> GenerationScheduler:
+        stepper = self.stepper(name, backend)
+        with self._lock:
+            scheduler = self._schedulers.get(name)
+            if scheduler is None:
+                scheduler = GenerationScheduler(
+                    name, stepper, backend.vocab, self.limits, self._metrics
+                )
+                self._schedulers[name] = scheduler
+            return scheduler
+
+    def __getitem__(self, name: str) -> GenerationScheduler:
+        return self._schedulers[name]
+
+    def close(self) -> None:
+        with self._lock:
+            schedulers, self._schedulers = list(self._schedulers.values()), {}
+        for scheduler in schedulers:
+            scheduler.close()

@@ -1,0 +1,110 @@
+"""What the generation scheduler hands out and tracks: requests, events, and one sample's state.
+
+    request = GenerationRequest(prompt_ids=[5, 9], params=generate_params, deadline=None)
+    stream = scheduler.submit(request)          # engine.scheduler.GenerationScheduler
+    async for event in stream:                  # TokenEvent ... FinishEvent per sample
+        ...
+
+Nothing here knows about gRPC: the API layer converts these events into messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Finish(StrEnum):
+    """Why a sample ended (the proto's FinishReason, without gRPC)."""
+
+    LENGTH = "length"
+    STOP = "stop"
+    END_OF_SENTENCE = "end_of_sentence"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token. `log_prob` is a natural log under the unfiltered distribution;
+    `top` holds the best alternatives as (token id, natural log-prob), best first."""
+
+    sample_index: int
+    index: int
+    token_id: int
+    text: str
+    log_prob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    generated_tokens: int
+    time_to_first_token_seconds: float
+    total_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class FinishEvent:
+    """The end of one sample: its reason, whole text (stop strings trimmed), log-prob sum."""
+
+    sample_index: int
+    reason: Finish
+    text: str
+    log_prob: float
+    usage: Usage
+
+
+Event = TokenEvent | FinishEvent
+
+
+@dataclass
+class GenerationRequest:
+    """A validated Generate request. `params` is the decoding layer's `GenerateParams`;
+    `deadline` is a `time.monotonic()` instant after which the request is cancelled."""
+
+    prompt_ids: list[int]
+    params: Any
+    deadline: float | None = None
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+class GenerationStream:
+    """The async side of one request: events arrive in batches from the scheduler's thread.
+
+    Iterate it for events; `cancel()` (or leaving the iteration early) tells the scheduler to
+    drop the request's sequences before its next step.
+    """
+
+    def __init__(self, request: GenerationRequest, samples: int) -> None:
+        self.request = request
+        self.samples = samples
+        self._queue: asyncio.Queue[list[Event] | BaseException] = asyncio.Queue()
+        self._unfinished = samples
+        # Read by the scheduler thread between steps: a plain bool is enough (GIL-atomic).
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def _put(self, item: list[Event] | BaseException) -> None:
+        """Called on the event loop (the scheduler thread posts with call_soon_threadsafe)."""
+        self._queue.put_nowait(item)
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        try:
+            while self._unfinished > 0:
+                item = await self._queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                for event in item:
+                    if isinstance(event, FinishEvent):
+                        self._unfinished -= 1
+                    yield event
+        finally:
+            if self._unfinished > 0:  # the consumer left early (client gone, error)
+                self.cancel()
