@@ -23,6 +23,9 @@ if TYPE_CHECKING:
         UnavailableError,
     )
     from lmserve.client.types import (
+        BeamHypothesis,
+        GeneratedToken,
+        GenerationFinished,
         HealthStatus,
         ModelInfo,
         PerplexityStats,
@@ -43,6 +46,9 @@ _WHERE: dict[str, str] = {
     "ModelNotFoundError": "errors",
     "ResourceExhaustedError": "errors",
     "UnavailableError": "errors",
+    "BeamHypothesis": "types",
+    "GeneratedToken": "types",
+    "GenerationFinished": "types",
     "HealthStatus": "types",
     "ModelInfo": "types",
     "PerplexityStats": "types",
@@ -55,8 +61,11 @@ _WHERE: dict[str, str] = {
 
 __all__ = [
     "AsyncLmServeClient",
+    "BeamHypothesis",
     "DEFAULT_TARGET",
     "DeadlineExceededError",
+    "GeneratedToken",
+    "GenerationFinished",
     "HealthStatus",
     "InvalidArgumentError",
     "LmServeClient",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from lmserve.client.types import GeneratedToken, GenerationFinished
 from lmserve.v1 import lm_service_pb2 as pb
 
 # Texts as strings, or texts already cut into tokens.
@@ -71,3 +72,113 @@ def corpus_requests(
     """One message per batch; each repeats the model and options, as the API allows."""
     for batch in batches:
         yield corpus_request(model, batch, bos, eos)
+
+
+def generate_request(
+    model: str,
+    prompt: str | Sequence[int],
+    *,
+    max_new_tokens: int,
+    min_new_tokens: int = 0,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    typical_p: float | None = None,
+    repetition_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    no_repeat_ngram_size: int | None = None,
+    seed: int | None = None,
+    stop: Sequence[str] = (),
+    stop_token_ids: Sequence[int] = (),
+    ignore_eos: bool = False,
+    n: int = 1,
+    logprobs: bool = False,
+    top_logprobs: int = 0,
+) -> pb.GenerateRequest:
+    """A GenerateRequest; a prompt string is tokenized by the server, a list of ints is ids.
+    Sampling options left as None stay absent (the server's documented defaults apply)."""
+    sampling = pb.SamplingParams()
+    for name, value in (
+        ("temperature", temperature),
+        ("top_k", top_k),
+        ("top_p", top_p),
+        ("min_p", min_p),
+        ("typical_p", typical_p),
+        ("repetition_penalty", repetition_penalty),
+        ("presence_penalty", presence_penalty),
+        ("frequency_penalty", frequency_penalty),
+        ("no_repeat_ngram_size", no_repeat_ngram_size),
+        ("seed", seed),
+    ):
+        if value is not None:
+            setattr(sampling, name, value)
+    request = pb.GenerateRequest(
+        model=model,
+        sampling=sampling,
+        stopping=pb.StoppingCriteria(
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+            stop=list(stop),
+            stop_token_ids=list(stop_token_ids),
+            ignore_eos=ignore_eos,
+        ),
+        n=n,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+    )
+    if isinstance(prompt, str):
+        request.prompt = prompt
+    else:
+        request.prompt_token_ids.extend(int(i) for i in prompt)
+    return request
+
+
+_LENGTH_PENALTIES = {
+    "none": pb.LENGTH_PENALTY_KIND_NONE,
+    "gnmt": pb.LENGTH_PENALTY_KIND_GNMT,
+    "average": pb.LENGTH_PENALTY_KIND_AVERAGE,
+}
+
+
+def beam_search_request(
+    model: str,
+    prompt: str | Sequence[int],
+    *,
+    beam_width: int,
+    max_length: int,
+    num_return: int = 1,
+    length_penalty: str = "none",
+    length_penalty_alpha: float = 0.0,
+    min_length: int = 0,
+    early_stopping: bool = False,
+    no_repeat_ngram_size: int = 0,
+    stop_token_ids: Sequence[int] = (),
+) -> pb.BeamSearchRequest:
+    """A BeamSearchRequest; `length_penalty` is `none`, `gnmt` or `average`."""
+    if length_penalty not in _LENGTH_PENALTIES:
+        raise ValueError(f"length_penalty must be one of {sorted(_LENGTH_PENALTIES)}")
+    request = pb.BeamSearchRequest(
+        model=model,
+        beam_width=beam_width,
+        num_return=num_return,
+        length_penalty=_LENGTH_PENALTIES[length_penalty],
+        length_penalty_alpha=length_penalty_alpha,
+        min_length=min_length,
+        max_length=max_length,
+        early_stopping=early_stopping,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        stop_token_ids=list(stop_token_ids),
+    )
+    if isinstance(prompt, str):
+        request.prompt = prompt
+    else:
+        request.prompt_token_ids.extend(int(i) for i in prompt)
+    return request
+
+
+def generation_event(resp: pb.GenerateResponse) -> GeneratedToken | GenerationFinished:
+    if resp.WhichOneof("event") == "token":
+        return GeneratedToken.from_proto(resp.token)
+    return GenerationFinished.from_proto(resp.finished)

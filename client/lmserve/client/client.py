@@ -17,7 +17,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lmserve.client import _requests as req
 from lmserve.client.errors import LmServeClientError, ModelNotFoundError, from_rpc_error
-from lmserve.client.types import HealthStatus, ModelInfo, PerplexityStats, TextScore
+from lmserve.client.types import (
+    BeamHypothesis,
+    GenerationEvent,
+    HealthStatus,
+    ModelInfo,
+    PerplexityStats,
+    TextScore,
+)
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -202,6 +209,53 @@ class LmServeClient:
             raise from_rpc_error(exc) from None
         return PerplexityStats.from_proto(resp.stats)
 
+    # -- generation -----------------------------------------------------------------------------
+    def generate(
+        self,
+        model: str,
+        prompt: str | Sequence[int] = "",
+        *,
+        max_new_tokens: int = 20,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> Iterator[GenerationEvent]:
+        """Streams a generation: a GeneratedToken per token as it is produced, then one
+        GenerationFinished per sample. `prompt` is text (the model's tokenizer) or token ids;
+        `options` are the fields of `_requests.generate_request` (temperature, top_k, top_p,
+        min_p, typical_p, penalties, seed, stop, stop_token_ids, n, logprobs, top_logprobs...).
+        Leaving the iteration early cancels the call, and the server stops computing it."""
+        request = req.generate_request(model, prompt, max_new_tokens=max_new_tokens, **options)
+        call = self._stub.Generate(request, timeout=self._t(timeout))
+        try:
+            for resp in call:
+                yield req.generation_event(resp)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()  # a no-op when the stream already ended
+
+    def beam_search(
+        self,
+        model: str,
+        prompt: str | Sequence[int] = "",
+        *,
+        beam_width: int = 4,
+        max_length: int = 20,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> list[BeamHypothesis]:
+        """The n best continuations by beam search, best first (`options`: num_return,
+        length_penalty `none`/`gnmt`/`average`, length_penalty_alpha, min_length,
+        early_stopping, no_repeat_ngram_size, stop_token_ids)."""
+        request = req.beam_search_request(
+            model, prompt, beam_width=beam_width, max_length=max_length, **options
+        )
+        try:
+            resp = self._stub.BeamSearch(request, timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
+
     # -- health ---------------------------------------------------------------------------------
     def health(self, model: str | None = None, *, timeout: float | None = None) -> HealthStatus:
         """The standard gRPC health check of the server ("" service) or of one model
@@ -361,6 +415,45 @@ class AsyncLmServeClient:
         if error:
             raise error[0]
         return PerplexityStats.from_proto(resp.stats)
+
+    async def generate(
+        self,
+        model: str,
+        prompt: str | Sequence[int] = "",
+        *,
+        max_new_tokens: int = 20,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> AsyncIterator[GenerationEvent]:
+        """As `LmServeClient.generate`: `async for event in client.generate(...)`."""
+        request = req.generate_request(model, prompt, max_new_tokens=max_new_tokens, **options)
+        call = self._stub.Generate(request, timeout=self._t(timeout))
+        try:
+            async for resp in call:
+                yield req.generation_event(resp)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()
+
+    async def beam_search(
+        self,
+        model: str,
+        prompt: str | Sequence[int] = "",
+        *,
+        beam_width: int = 4,
+        max_length: int = 20,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> list[BeamHypothesis]:
+        request = req.beam_search_request(
+            model, prompt, beam_width=beam_width, max_length=max_length, **options
+        )
+        try:
+            resp = await self._stub.BeamSearch(request, timeout=self._t(timeout))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
 
     async def health(
         self, model: str | None = None, *, timeout: float | None = None

@@ -215,3 +215,96 @@ class HealthStatus:
     @property
     def serving(self) -> bool:
         return self.status == "SERVING"
+
+
+# -- generation -------------------------------------------------------------------------------
+
+
+def _finish_name(value: int) -> str:
+    from lmserve.v1 import lm_service_pb2 as pb
+
+    return _enum_suffix(pb.FinishReason.Name(value), "FINISH_REASON_")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenAlternative:
+    """One of the most probable tokens at a step (log-prob in nats, unfiltered)."""
+
+    token_id: int
+    text: str
+    log_prob: float
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedToken:
+    """One token of a Generate stream. `log_prob` (nats) is set when `logprobs` was asked."""
+
+    sample_index: int
+    index: int
+    token_id: int
+    text: str
+    """The text this token adds, spacing included."""
+    log_prob: float
+    top_logprobs: tuple[TokenAlternative, ...] = ()
+
+    @classmethod
+    def from_proto(cls, msg: pb.GeneratedToken) -> GeneratedToken:
+        top = tuple(TokenAlternative(t.token_id, t.text, t.log_prob) for t in msg.top_logprobs)
+        return cls(msg.sample_index, msg.index, msg.token_id, msg.text, msg.log_prob, top)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    generated_tokens: int
+    time_to_first_token_seconds: float
+    total_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationFinished:
+    """The end of one sample: `reason` is `length`, `stop`, `end_of_sentence` or `cancelled`;
+    `text` is the whole generated text (stop strings trimmed); `log_prob` in nats."""
+
+    sample_index: int
+    reason: str
+    text: str
+    log_prob: float
+    usage: Usage
+
+    @classmethod
+    def from_proto(cls, msg: pb.GenerationFinished) -> GenerationFinished:
+        u = msg.usage
+        usage = Usage(
+            u.prompt_tokens,
+            u.generated_tokens,
+            u.time_to_first_token_seconds,
+            u.total_seconds,
+        )
+        return cls(msg.sample_index, _finish_name(msg.reason), msg.text, msg.log_prob, usage)
+
+
+GenerationEvent = GeneratedToken | GenerationFinished
+
+
+@dataclass(frozen=True, slots=True)
+class BeamHypothesis:
+    """One continuation found by beam search: total log-prob (nats) and the ranking score."""
+
+    token_ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    text: str
+    log_prob: float
+    score: float
+    finish_reason: str
+
+    @classmethod
+    def from_proto(cls, msg: pb.BeamHypothesis) -> BeamHypothesis:
+        return cls(
+            tuple(msg.token_ids),
+            tuple(msg.tokens),
+            msg.text,
+            msg.log_prob,
+            msg.score,
+            _finish_name(msg.finish_reason),
+        )

@@ -1,0 +1,285 @@
+"""Generate and BeamSearch through a real server: continuous batching, seeds, cancellation, limits.
+
+Models: a hand-made bigram ARPA and a tiny exported LSTM (ONNX). The server runs with few slots
+(4 active sequences, 2 queued requests) so the queue and cancellation paths are reachable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+import pytest
+from neural_folders import VOCAB, tiny_model, write_onnx_folder
+from prometheus_client import CollectorRegistry
+
+from lmserve.client import GeneratedToken, GenerationFinished, LmServeClient
+from lmserve.client.errors import InvalidArgumentError, ResourceExhaustedError
+from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.backends.stepping import make_stepper
+from lmserve.server.registry.manifest import ModelManifest, write_manifest
+from lmserve.server.settings import load_settings
+
+BIGRAM_ARPA = """\\data\\
+ngram 1=8
+ngram 2=9
+
+\\1-grams:
+-1.0\t<unk>\t0
+-99\t<s>\t-0.3
+-0.9\t</s>\t0
+-0.5\tthe\t-0.2
+-1.1\tcat\t-0.2
+-1.3\tsat\t-0.2
+-1.2\tmat\t-0.2
+-1.4\ton\t-0.2
+
+\\2-grams:
+-0.2\t<s> the
+-0.3\tthe cat
+-0.6\tthe mat
+-0.1\tcat sat
+-0.2\tsat on
+-0.1\ton the
+-0.2\tmat </s>
+-1.5\tcat </s>
+-1.0\tthe </s>
+
+\\end\\
+"""
+MODELS = ("bigram", "lstm")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer]:
+    root = tmp_path_factory.mktemp("generate-models")
+    write_onnx_folder(tiny_model("lstm", seed=3), VOCAB, root / "lstm", name="lstm")
+    (root / "bigram").mkdir()
+    (root / "bigram" / "model.arpa").write_text(BIGRAM_ARPA)
+    write_manifest(
+        root / "bigram",
+        ModelManifest.model_validate(
+            {
+                "name": "bigram",
+                "kind": "ngram",
+                "format": "arpa",
+                "files": {"arpa": {"path": "model.arpa"}},
+            }
+        ),
+    )
+    settings = load_settings(
+        {
+            "model_repository": root,
+            "host": "127.0.0.1",
+            "port": 0,
+            "metrics_enabled": False,
+            "max_active_sequences": 4,
+            "max_queued_requests": 2,
+            "max_new_tokens": 5000,
+        }
+    )
+    running = start_background_server(settings, registry=CollectorRegistry())
+    yield running
+    running.stop(grace=1.0)
+
+
+@pytest.fixture(scope="module")
+def client(server: BackgroundServer) -> Iterator[LmServeClient]:
+    with LmServeClient(server.address, timeout=20) as c:
+        yield c
+
+
+def _scheduler(server: BackgroundServer, model: str):  # type: ignore[no-untyped-def]
+    servicer = server.running._servicer
+    assert servicer is not None
+    return servicer._generation[model]
+
+
+def _active(server: BackgroundServer, model: str) -> float:
+    value = server.running.metrics.registry.get_sample_value(
+        "lmserve_active_sequences", {"model": model}
+    )
+    return value or 0.0
+
+
+def _tokens(client: LmServeClient, model: str, **options: object) -> list[int]:
+    return [
+        e.token_id
+        for e in client.generate(model, **options)  # type: ignore[arg-type]
+        if isinstance(e, GeneratedToken)
+    ]
+
+
+def _wait_idle(server: BackgroundServer, model: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    scheduler = _scheduler(server, model)
+    while (scheduler.active or scheduler.pending) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_greedy_equals_argmax_stepping(
+    server: BackgroundServer, client: LmServeClient, model: str
+) -> None:
+    prompt = [VOCAB.index("the")] if model == "lstm" else []
+    events = list(
+        client.generate(
+            model, prompt, max_new_tokens=8, temperature=0.0, ignore_eos=True, logprobs=True
+        )
+    )
+    backend = server.running.repository.ready(model).backend
+    stepper = make_stepper(backend)
+    lp, state = stepper.prefill([prompt])
+    expected, expected_lp = [], []
+    for _ in range(8):
+        lp[0, backend.vocab.eos_id] = -np.inf
+        token = int(np.argmax(lp[0]))
+        expected.append(token)
+        expected_lp.append(float(lp[0, token]))
+        lp, state = stepper.step(np.array([token]), state)
+    tokens = [e for e in events if isinstance(e, GeneratedToken)]
+    assert [t.token_id for t in tokens] == expected
+    assert [t.index for t in tokens] == list(range(8))
+    assert [t.log_prob for t in tokens] == pytest.approx(expected_lp, abs=1e-5)
+    [finished] = [e for e in events if isinstance(e, GenerationFinished)]
+    assert finished.reason == "length"
+    assert finished.usage.generated_tokens == 8
+    assert finished.usage.prompt_tokens == len(prompt)
+    assert finished.text == "".join(t.text for t in tokens)
+    words = [backend.vocab.words[i] for i in expected]
+    assert finished.text == " ".join(words)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_seeded_output_is_the_same_alone_and_in_a_busy_batch(
+    server: BackgroundServer, client: LmServeClient, model: str
+) -> None:
+    options = {"max_new_tokens": 30, "seed": 1234, "ignore_eos": True, "top_k": 5}
+    alone = _tokens(client, model, **options)
+    again = _tokens(client, model, **options)
+    assert alone == again
+    # The same request among other streams (different seeds and lengths) started together.
+    with ThreadPoolExecutor(4) as pool:
+        others = [
+            pool.submit(_tokens, client, model, max_new_tokens=10 + 7 * i, seed=i, ignore_eos=True)
+            for i in range(3)
+        ]
+        time.sleep(0.02)
+        busy = pool.submit(_tokens, client, model, **options).result()
+        assert all(len(o.result()) == 10 + 7 * i for i, o in enumerate(others))
+    assert busy == alone
+    assert _tokens(client, model, **{**options, "seed": 99}) != alone
+
+
+def test_n_samples_each_finish_and_differ(client: LmServeClient) -> None:
+    events = list(client.generate("lstm", max_new_tokens=12, n=3, seed=5, ignore_eos=True))
+    finished = sorted(
+        (e for e in events if isinstance(e, GenerationFinished)), key=lambda e: e.sample_index
+    )
+    assert [f.sample_index for f in finished] == [0, 1, 2]
+    per_sample = [
+        [e.token_id for e in events if isinstance(e, GeneratedToken) and e.sample_index == k]
+        for k in range(3)
+    ]
+    assert all(len(s) == 12 for s in per_sample)
+    assert len({tuple(s) for s in per_sample}) > 1
+    assert all(f.reason == "length" for f in finished)
+
+
+def test_stop_strings_are_trimmed(client: LmServeClient) -> None:
+    # Greedy from <s>: "the cat sat on the cat ..."; stop at "sat on".
+    events = list(client.generate("bigram", max_new_tokens=10, temperature=0.0, stop=["sat on"]))
+    [finished] = [e for e in events if isinstance(e, GenerationFinished)]
+    assert finished.reason == "stop"
+    assert finished.text == "the cat "
+    assert "".join(e.text for e in events if isinstance(e, GeneratedToken)) == "the cat "
+
+
+def test_end_of_sentence_and_top_logprobs(client: LmServeClient) -> None:
+    events = list(
+        client.generate("bigram", "the mat", max_new_tokens=10, temperature=0.0, top_logprobs=3)
+    )
+    [finished] = [e for e in events if isinstance(e, GenerationFinished)]
+    assert finished.reason == "end_of_sentence"
+    assert finished.usage.prompt_tokens == 2
+
+
+def test_cancelling_a_stream_frees_its_slot(server: BackgroundServer) -> None:
+    _wait_idle(server, "lstm")
+    with LmServeClient(server.address, timeout=20) as c:
+        stream = c.generate("lstm", max_new_tokens=5000, ignore_eos=True, seed=1)
+        for _ in range(3):
+            next(stream)
+        scheduler = _scheduler(server, "lstm")
+        assert len(scheduler.active) == 1
+        stream.close()  # cancels the call
+        deadline = time.monotonic() + 5
+        while scheduler.active and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert not scheduler.active
+        assert _active(server, "lstm") == 0
+        steps = scheduler.steps
+        time.sleep(0.1)
+        assert scheduler.steps == steps  # nothing more computed for it
+
+
+def test_deadline_cancels_the_stream(server: BackgroundServer, client: LmServeClient) -> None:
+    with pytest.raises(Exception) as info:
+        list(client.generate("lstm", max_new_tokens=5000, ignore_eos=True, timeout=0.3))
+    assert "DEADLINE" in str(info.value)
+    _wait_idle(server, "lstm")
+    assert not _scheduler(server, "lstm").active
+
+
+def test_a_full_queue_answers_resource_exhausted(server: BackgroundServer) -> None:
+    _wait_idle(server, "bigram")
+    with LmServeClient(server.address, timeout=20) as c:
+        # 4 slots held by long streams, 2 requests queued: the next one is refused.
+        holders = [c.generate("bigram", max_new_tokens=5000, ignore_eos=True) for _ in range(4)]
+        for h in holders:
+            next(h)
+        queued = [c.generate("bigram", max_new_tokens=5, ignore_eos=True) for _ in range(2)]
+        with ThreadPoolExecutor(2) as pool:
+            waiting = [pool.submit(next, q) for q in queued]
+            deadline = time.monotonic() + 5
+            while _scheduler(server, "bigram").pending < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            with pytest.raises(ResourceExhaustedError):
+                list(c.generate("bigram", max_new_tokens=5))
+            for h in holders:
+                h.close()
+            assert all(isinstance(w.result(timeout=10), GeneratedToken) for w in waiting)
+        for q in queued:
+            q.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"temperature": -1.0}, "sampling.temperature"),
+        ({"top_p": 1.5}, "sampling.top_p"),
+        ({"max_new_tokens": 0}, "stopping.max_new_tokens"),
+        ({"max_new_tokens": 10**6}, "stopping.max_new_tokens"),
+        ({"n": 100}, "n"),
+        ({"top_logprobs": 1000}, "top_logprobs"),
+        ({"stop": [""]}, "stopping.stop"),
+        ({"prompt": [999]}, "prompt_token_ids[0]"),
+    ],
+)
+def test_invalid_parameters_name_the_field(
+    client: LmServeClient, options: dict[str, object], field: str
+) -> None:
+    prompt = options.pop("prompt", "")
+    max_new = options.pop("max_new_tokens", 5)
+    with pytest.raises(InvalidArgumentError) as info:
+        list(client.generate("bigram", prompt, max_new_tokens=max_new, **options))  # type: ignore[arg-type]
+    assert field in info.value.message
+
+
+def test_unknown_model_is_not_found(client: LmServeClient) -> None:
+    with pytest.raises(Exception) as info:
+        list(client.generate("nope", max_new_tokens=3))
+    assert getattr(info.value, "code", None) is grpc.StatusCode.NOT_FOUND
