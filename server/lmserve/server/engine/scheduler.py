@@ -219,8 +219,7 @@ class GenerationScheduler:
         prompt_lp, prompt_state = self.stepper.prefill([s.request.prompt_ids for s in streams])
         rows: list[int] = []
         for i, stream in enumerate(streams):
-            for k in range(stream.samples):
-                decoder = bridge.new_decoder(stream.request, k, self.vocab)
+            for k, decoder in enumerate(bridge.new_decoders(stream.request, self.vocab)):
                 self.active.append(_Sequence(stream, k, decoder))
                 rows.append(i)
         new_lp = prompt_lp[rows]
@@ -262,7 +261,7 @@ class GenerationScheduler:
     def _iterate(self, log_probs: npt.NDArray[Any], state: Any) -> tuple[npt.NDArray[Any], Any]:
         """Draws one token per active sequence, emits it, then steps the survivors once."""
         active = self.active
-        drawn = bridge.sample(active, log_probs)
+        drawn = bridge.sample(active, log_probs, self.vocab)
         now = time.perf_counter()
         events: dict[GenerationStream, list[Event]] = {}
         keep: list[int] = []
