@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "models": "lmserve.client.commands.models",
     "score": "lmserve.client.commands.score",
     "ppl": "lmserve.client.commands.ppl",
+    "generate": "lmserve.client.commands.generate",
     "health": "lmserve.client.commands.health",
 }
 
