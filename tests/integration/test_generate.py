@@ -283,3 +283,54 @@ def test_unknown_model_is_not_found(client: LmServeClient) -> None:
     with pytest.raises(Exception) as info:
         list(client.generate("nope", max_new_tokens=3))
     assert getattr(info.value, "code", None) is grpc.StatusCode.NOT_FOUND
+
+
+class _Recorder:
+    """A stdout that records each write, to see tokens printed one by one."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.writes.append("<flush>")
+
+
+def test_the_generate_command_prints_tokens_as_they_arrive(
+    server: BackgroundServer, client: LmServeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lmserve.server.cli import main
+
+    out = _Recorder()
+    monkeypatch.setattr("sys.stdout", out)
+    argv = ["generate", "--model", "lstm", "--target", server.address, "--max-new-tokens", "6"]
+    assert main([*argv, "--temperature", "0", "--seed", "3"]) == 0
+    expected = [
+        e.text
+        for e in client.generate("lstm", max_new_tokens=6, temperature=0.0)
+        if isinstance(e, GeneratedToken)
+    ]
+    # Each piece is written and flushed on its own, then the line ends.
+    pieces = [w for w in out.writes if w != "<flush>"]
+    assert pieces[: len(expected)] == expected
+    assert out.writes[: 2 * len(expected)] == [x for p in expected for x in (p, "<flush>")]
+    assert pieces[len(expected)] == "\n"
+
+
+def test_beam_search_through_the_server_equals_the_direct_call(
+    server: BackgroundServer, client: LmServeClient
+) -> None:
+    beam = pytest.importorskip("lmserve.server.decoding.beam")
+    from lmserve.server.decoding.params import BeamParams
+
+    backend = server.running.repository.ready("lstm").backend
+    prompt = [VOCAB.index("the")]
+    direct = beam.beam_search(
+        make_stepper(backend), prompt, BeamParams(beam_width=4, max_length=6, num_return=3)
+    )
+    got = client.beam_search("lstm", prompt, beam_width=4, max_length=6, num_return=3)
+    assert [h.token_ids for h in got] == [tuple(h.token_ids) for h in direct]
+    assert [h.score for h in got] == pytest.approx([h.score for h in direct])

@@ -148,12 +148,12 @@ def beam_hypothesis(h: Any, vocab: Any) -> pb.BeamHypothesis:
     if text is None:
         eos = vocab.eos_id
         text = " ".join(vocab.words[i] for i in ids if i != eos)
-    reason = h.finish_reason
+    reason = h.finish_reason  # decoding.stopping.FinishReason: values are the proto numbers
     return pb.BeamHypothesis(
         token_ids=ids,
         tokens=tokens,
         text=text,
         log_prob=float(h.log_prob),
         score=float(h.score),
-        finish_reason=FINISH_REASONS[Finish(reason)] if isinstance(reason, str) else reason,
+        finish_reason=int(reason.value),
     )

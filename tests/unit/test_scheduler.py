@@ -1,0 +1,95 @@
+"""The generation scheduler on a real n-gram backend: joins, one step per iteration, limits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.stepping import make_stepper
+from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
+from lmserve.server.engine.scheduler import GenerationLimits, GenerationScheduler
+from lmserve.server.engine.sequence import FinishEvent, GenerationRequest, TokenEvent
+from lmserve.server.errors import Overloaded
+
+ARPA = """\\data\\
+ngram 1=6
+
+\\1-grams:
+-1.0\t<unk>
+-99\t<s>
+-0.9\t</s>
+-0.5\tthe
+-0.7\tcat
+-0.8\tsat
+
+\\end\\
+"""
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> NgramModel:
+    path = tmp_path_factory.mktemp("arpa") / "uni.arpa"
+    path.write_text(ARPA)
+    return NgramModel.from_arpa(path)
+
+
+def _params(tokens: int, n: int = 1, seed: int | None = 1) -> GenerateParams:
+    return GenerateParams(
+        stopping=StoppingParams(max_new_tokens=tokens, ignore_eos=True),
+        sampling=SamplingParams(seed=seed),
+        n=n,
+    )
+
+
+def _scheduler(model: NgramModel, **limits: int) -> GenerationScheduler:
+    return GenerationScheduler("uni", make_stepper(model), model.vocab, GenerationLimits(**limits))
+
+
+async def _collect(stream) -> list[object]:  # type: ignore[no-untyped-def]
+    return [e async for e in stream]
+
+
+def test_concurrent_requests_share_steps(model: NgramModel) -> None:
+    scheduler = _scheduler(model)
+
+    async def main() -> list[list[object]]:
+        streams = [scheduler.submit(GenerationRequest([], _params(10, n=2))) for _ in range(3)]
+        return await asyncio.gather(*(_collect(s) for s in streams))
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        scheduler.close()
+    for events in results:
+        assert sum(isinstance(e, TokenEvent) for e in events) == 20
+        assert sum(isinstance(e, FinishEvent) for e in events) == 2
+    # 6 sequences of 10 tokens: 9 batched steps after the prefill when all joined together,
+    # never one step per sequence (54).
+    assert scheduler.steps <= 12
+    assert not scheduler.active
+
+
+def test_full_queue_is_overloaded_and_cancel_frees(model: NgramModel) -> None:
+    scheduler = _scheduler(model, max_active_sequences=1, max_queued_requests=1)
+
+    async def main() -> None:
+        first = scheduler.submit(GenerationRequest([], _params(100_000)))
+        events = first.__aiter__()
+        await events.__anext__()  # running: it holds the only slot
+        scheduler.submit(GenerationRequest([], _params(3)))  # waits
+        with pytest.raises(Overloaded):
+            scheduler.submit(GenerationRequest([], _params(3)))
+        first.cancel()
+        await events.aclose()
+        for _ in range(200):
+            if not scheduler.pending and not scheduler.active:
+                break
+            await asyncio.sleep(0.01)
+        assert scheduler.pending == 0 and not scheduler.active
+
+    try:
+        asyncio.run(main())
+    finally:
+        scheduler.close()
