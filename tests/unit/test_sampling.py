@@ -1,0 +1,224 @@
+"""Sampling: filters against hand-made distributions, penalties by hand, seeded draws, params."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
+from lmserve.server.decoding.sampling import (
+    SequenceSampler,
+    filtered_probs,
+    process_logits,
+    request_generators,
+    sample_next,
+)
+from lmserve.server.errors import InvalidArgument
+
+EOS, BOS = 2, 1
+# ids 0..4 carry 0.5 .. 0.05; id 5 (<s> in these tests is 1, so keep it simple: no specials)
+P = np.array([0.5, 0.2, 0.15, 0.1, 0.05])
+LOGP = np.log(P)
+
+
+def _dense(params: SamplingParams, logits: np.ndarray = LOGP, candidates: int = 256) -> np.ndarray:
+    return filtered_probs(logits[None, :], [params], candidates=candidates)[0]
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        (SamplingParams(), P),
+        (SamplingParams(top_k=2), [5 / 7, 2 / 7, 0, 0, 0]),
+        (SamplingParams(top_p=0.55), [5 / 7, 2 / 7, 0, 0, 0]),  # 0.5 < 0.55 <= 0.7
+        (SamplingParams(top_p=0.45), [1, 0, 0, 0, 0]),
+        (SamplingParams(top_p=0.75), [0.5 / 0.85, 0.2 / 0.85, 0.15 / 0.85, 0, 0]),
+        (SamplingParams(min_p=0.35), [5 / 7, 2 / 7, 0, 0, 0]),  # p >= 0.175
+        (SamplingParams(min_p=0.15), [0.5 / 0.95, 0.2 / 0.95, 0.15 / 0.95, 0.1 / 0.95, 0]),
+        # top-k 3 renormalises to .588 .235 .176; top-p 0.8 then stops before the third
+        # (.824 >= .8), which it would keep on the unrenormalised masses (.7 < .8).
+        (SamplingParams(top_k=3, top_p=0.8), [5 / 7, 2 / 7, 0, 0, 0]),
+        # H = 1.3331 nats; |-log p - H| = .640 .276 .564 .970 1.663: order b, c, a, ...;
+        # mass before c is .2 < .3, before a .35 >= .3.
+        (SamplingParams(typical_p=0.3), [0, 0.2 / 0.35, 0.15 / 0.35, 0, 0]),
+        (
+            SamplingParams(typical_p=0.9),
+            [0.5 / 0.95, 0.2 / 0.95, 0.15 / 0.95, 0.1 / 0.95, 0],
+        ),  # .85 < .9
+        (SamplingParams(temperature=2.0), np.sqrt(P) / np.sqrt(P).sum()),
+        (SamplingParams(temperature=0.5, top_k=2), [25 / 29, 4 / 29, 0, 0, 0]),
+    ],
+)
+def test_filters_against_hand_made_distributions(
+    params: SamplingParams, expected: list[float]
+) -> None:
+    np.testing.assert_allclose(_dense(params), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(top_p=0.9), SamplingParams(typical_p=0.5), SamplingParams(min_p=0.01),
+     SamplingParams(top_p=0.95, typical_p=0.9, temperature=1.3)],
+)  # fmt: skip
+def test_candidate_cut_equals_a_full_sort(params: SamplingParams) -> None:
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 500)) * np.array([[0.3], [2.0], [6.0]])
+    cut = filtered_probs(logits, [params] * 3, candidates=4)
+    full = filtered_probs(logits, [params] * 3, candidates=500)
+    np.testing.assert_allclose(cut, full, atol=1e-12)
+    # ... and sampling through the cut draws what a full sort draws.
+    a = [SequenceSampler(params, g) for g in request_generators(5, 3)]
+    b = [SequenceSampler(params, g) for g in request_generators(5, 3)]
+    for _ in range(5):
+        x = sample_next(logits, a, eos_id=EOS, bos_id=BOS, candidates=4).token_ids
+        y = sample_next(logits, b, eos_id=EOS, bos_id=BOS, candidates=500).token_ids
+        np.testing.assert_array_equal(x, y)
+
+
+def test_penalties_against_hand_computation() -> None:
+    logits = np.log(np.array([0.4, 0.05, 0.05, 0.3, 0.2]))
+    params = SamplingParams(repetition_penalty=2.0, presence_penalty=0.5, frequency_penalty=0.25)
+    row = SequenceSampler(params, np.random.default_rng(0), prompt_ids=[0])
+    row.append(3)
+    row.append(3)
+    row.append(4)
+    out = process_logits(logits[None, :], [row], eos_id=EOS, bos_id=BOS)[0]
+    expected = logits.copy()
+    expected[[0, 3, 4]] *= 2.0  # CTRL on log-probs (<= 0): multiplied; prompt included
+    expected[3] -= 0.5 + 0.25 * 2  # OpenAI: generated tokens only
+    expected[4] -= 0.5 + 0.25 * 1
+    expected[[BOS]] = -np.inf
+    np.testing.assert_allclose(out, expected)
+
+
+def test_ctrl_rule_divides_positive_logits() -> None:
+    row = SequenceSampler(SamplingParams(repetition_penalty=4.0), np.random.default_rng(0), [0, 3])
+    out = process_logits(np.array([[2.0, 0.0, 0.0, -1.0, 1.0]]), [row], eos_id=EOS, bos_id=BOS)
+    np.testing.assert_allclose(out[0, [0, 3, 4]], [0.5, -4.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("n", "prompt", "banned"), [(2, [3, 4, 0, 3], {4}), (3, [3, 4, 0, 3, 4], {0}), (1, [3], {3})]
+)
+def test_no_repeat_ngram_bans(n: int, prompt: list[int], banned: set[int]) -> None:
+    row = SequenceSampler(SamplingParams(no_repeat_ngram_size=n), np.random.default_rng(0), prompt)
+    out = process_logits(LOGP[None, :], [row], eos_id=EOS, bos_id=BOS)[0]
+    assert set(np.flatnonzero(np.isneginf(out)).tolist()) == banned | {BOS}
+
+
+def test_min_new_tokens_and_ignore_eos_suppress_end_of_sentence() -> None:
+    logits = np.log(np.array([[0.01, 0.01, 0.96, 0.01, 0.01]]))  # </s> almost certain
+    rows = [SequenceSampler(SamplingParams(temperature=0), np.random.default_rng(0),
+                            min_new_tokens=3, stop_token_ids=[4])]  # fmt: skip
+    got = [int(sample_next(logits, rows, eos_id=EOS, bos_id=BOS).token_ids[0]) for _ in range(4)]
+    assert got[:3] != [EOS] * 3 and EOS not in got[:3] and 4 not in got[:3] and got[3] == EOS
+    row = SequenceSampler(SamplingParams(), np.random.default_rng(0), ignore_eos=True)
+    draws = [
+        int(sample_next(logits, [row], eos_id=EOS, bos_id=BOS).token_ids[0]) for _ in range(50)
+    ]
+    assert EOS not in draws and BOS not in draws
+
+
+def test_greedy_is_argmax_and_reports_unfiltered_log_probs() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 30))
+    lp = x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    lp[:, BOS] = -50.0
+    rows = [SequenceSampler(SamplingParams(temperature=0), np.random.default_rng(0)) for _ in lp]
+    out = sample_next(lp, rows, eos_id=EOS, bos_id=BOS, top_logprobs=3)
+    np.testing.assert_array_equal(out.token_ids, lp.argmax(axis=1))
+    np.testing.assert_allclose(out.log_probs, lp.max(axis=1))
+    assert out.top_ids is not None and out.top_log_probs is not None
+    np.testing.assert_array_equal(out.top_ids, np.argsort(-lp, axis=1)[:, :3])
+    np.testing.assert_allclose(out.top_log_probs, -np.sort(-lp, axis=1)[:, :3])
+    # A sampled, truncated row reports the model's log-prob, not the filtered one.
+    row = SequenceSampler(SamplingParams(top_k=1, temperature=0.3), np.random.default_rng(1))
+    one = sample_next(lp[:1], [row], eos_id=EOS, bos_id=BOS)
+    assert one.log_probs[0] == pytest.approx(lp[0].max())
+
+
+def test_sampled_frequencies_match_the_filtered_distribution() -> None:
+    # Chi-square goodness of fit: 6 tokens, temperature 0.7 and top-k 4 leave 4 categories
+    # (df = 3); the 0.001 critical value of chi2(3) is 16.27. Fixed seed: deterministic.
+    logits = np.log(np.array([0.3, 0.02, 0.03, 0.25, 0.2, 0.2]))  # ids 1, 2 are <s>, </s>
+    params = SamplingParams(temperature=0.7, top_k=4, seed=123)
+    expected = _dense(params, np.where(np.isin(np.arange(6), [BOS]), -np.inf, logits))
+    rows = [SequenceSampler(params, g) for g in request_generators(params.seed, 400)]
+    counts = np.zeros(6)
+    batch = np.repeat(logits[None, :], len(rows), axis=0)
+    for _ in range(50):  # 20 000 draws
+        np.add.at(counts, sample_next(batch, rows, eos_id=EOS, bos_id=BOS).token_ids, 1)
+    kept = expected > 0
+    assert counts[~kept].sum() == 0
+    n = counts.sum()
+    chi2 = float((((counts[kept] - n * expected[kept]) ** 2) / (n * expected[kept])).sum())
+    assert kept.sum() == 4 and chi2 < 16.27, (counts, expected)
+
+
+def test_same_seed_same_tokens_alone_and_inside_a_busy_batch() -> None:
+    rng = np.random.default_rng(9)
+    steps = [rng.normal(size=(4, 40)) * 2 for _ in range(12)]
+    target = SamplingParams(top_p=0.9, temperature=0.8, repetition_penalty=1.3, seed=77)
+
+    def run(batch: bool) -> list[int]:
+        row = SequenceSampler(target, request_generators(target.seed, 2)[1], [5, 6])
+        others = [
+            SequenceSampler(SamplingParams(temperature=0), np.random.default_rng(0)),
+            SequenceSampler(SamplingParams(top_k=5), request_generators(1, 1)[0]),
+            SequenceSampler(SamplingParams(min_p=0.1), request_generators(None, 1)[0]),
+        ]
+        out = []
+        for x in steps:
+            if batch:  # the target sits third, among unrelated rows
+                rows = [others[0], others[1], row, others[2]]
+                out.append(int(sample_next(x, rows, eos_id=EOS, bos_id=BOS).token_ids[2]))
+            else:
+                out.append(int(sample_next(x[2:3], [row], eos_id=EOS, bos_id=BOS).token_ids[0]))
+        return out
+
+    alone = run(False)
+    assert alone == run(False) == run(True)
+    assert len(set(alone)) > 3  # really sampling
+    # Samples of one request get different streams; a re-run gets the same ones.
+    a = [g.random() for g in request_generators(77, 3)]
+    assert len(set(a)) == 3 and a == [g.random() for g in request_generators(77, 3)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"temperature": -0.1}, "sampling.temperature"),
+        ({"temperature": math.inf}, "sampling.temperature"),
+        ({"top_k": -1}, "sampling.top_k"),
+        ({"top_p": 0.0}, "sampling.top_p"),
+        ({"top_p": 1.5}, "sampling.top_p"),
+        ({"min_p": 1.1}, "sampling.min_p"),
+        ({"typical_p": 0.0}, "sampling.typical_p"),
+        ({"repetition_penalty": 0.0}, "sampling.repetition_penalty"),
+        ({"presence_penalty": 2.5}, "sampling.presence_penalty"),
+        ({"frequency_penalty": -3.0}, "sampling.frequency_penalty"),
+        ({"no_repeat_ngram_size": -1}, "sampling.no_repeat_ngram_size"),
+        ({"seed": -1}, "sampling.seed"),
+    ],
+)
+def test_invalid_sampling_params_name_the_field(kwargs: dict[str, float], field: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        SamplingParams(**kwargs)  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+def test_generate_params_limits() -> None:
+    ok = GenerateParams(StoppingParams(max_new_tokens=10), n=2, top_logprobs=3)
+    assert ok.validate(max_new_tokens=10, max_n=4, max_top_logprobs=5) is ok
+    for kwargs, field in [
+        ({"max_new_tokens": 9, "max_n": 4, "max_top_logprobs": 5}, "stopping.max_new_tokens"),
+        ({"max_new_tokens": 10, "max_n": 1, "max_top_logprobs": 5}, "n"),
+        ({"max_new_tokens": 10, "max_n": 4, "max_top_logprobs": 2}, "top_logprobs"),
+    ]:
+        with pytest.raises(InvalidArgument) as info:
+            ok.validate(**kwargs)
+        assert info.value.field == field
+    with pytest.raises(InvalidArgument, match="^n:"):
+        GenerateParams(StoppingParams(max_new_tokens=1), n=0)
