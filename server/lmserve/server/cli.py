@@ -2,6 +2,8 @@
 
 Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`,
 and imports anything heavy inside `run`, so `lmserve --help` and client commands stay fast.
+`args.argv` holds the arguments `main` parsed (`["train-rnn", ...]`), for commands that record
+their own command line.
 """
 
 from __future__ import annotations
@@ -45,8 +47,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; `args.argv` is the command line it parsed (the program name left out),
+    so that commands recording how they were run record this call, not the process's."""
     parser, modules = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     result: int = modules[args.command].run(args)
     return result
 

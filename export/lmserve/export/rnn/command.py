@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         "tokenizer": spec.model_dump(mode="json"),
         "training_corpus": str(args.corpus),
         # shlex: a --token-pattern must come back quoted for the command to be reproducible.
-        "command": "lmserve train-rnn " + shlex.join(sys.argv[2:]),
+        "command": command_line(args),
         # Converts the per-token validation perplexity into the per-word one (export-rnn).
         "valid_counts": {
             "tokens": sum(len(s) + 1 for s in valid_ids),
@@ -235,6 +235,15 @@ def run(args: argparse.Namespace) -> int:
     if args.export:
         return _export(args, log)
     return 0
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """`lmserve ...` as this run was called: the arguments `lmserve.server.cli.main` parsed
+    (`args.argv`, so an in-process call records its own), else the process's."""
+    argv = getattr(args, "argv", None)
+    if argv is None:
+        argv = sys.argv[1:]
+    return "lmserve " + shlex.join(argv)
 
 
 def _train_subword_codec(args: argparse.Namespace, texts: list[str]) -> CharCodec | BpeCodec:
