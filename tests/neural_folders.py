@@ -19,14 +19,14 @@ from typing import Any
 import torch
 
 from lmserve.export.rnn.folder import Checkpoint, ExportFormat, write_model_folder
-from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
+from lmserve.export.rnn.model import CellType, RecurrentLM, RecurrentLMConfig
 from lmserve.server.registry.manifest import ModelManifest
 
 WORDS = "the cat sat on mat a dog ran to and in house big small red".split()
 VOCAB = ["<unk>", "<s>", "</s>", *WORDS]
 
 
-def tiny_model(cell: str = "lstm", vocab: Sequence[str] = VOCAB, seed: int = 0) -> RecurrentLM:
+def tiny_model(cell: CellType = "lstm", vocab: Sequence[str] = VOCAB, seed: int = 0) -> RecurrentLM:
     torch.manual_seed(seed)
     config = RecurrentLMConfig(
         vocab_size=len(vocab), cell=cell, embedding_size=8, hidden_size=8, num_layers=2,

@@ -179,6 +179,9 @@ def test_perplexity_of_a_neural_model(stub: lm_service_pb2_grpc.LanguageModelSer
     total = sum(r.log_prob for r in _score(stub, "lstm-ts", texts))
     assert stats.token_count == 7 + 97
     assert stats.perplexity == pytest.approx(math.exp(-total / 104), rel=1e-5)
+    # A word model's tokens are its words: the per-word figures are the per-token ones.
+    assert stats.word_count == stats.token_count
+    assert stats.perplexity_per_word == stats.perplexity
 
 
 def test_interpolated_scores_mix_the_components(
