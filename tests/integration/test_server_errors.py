@@ -125,9 +125,7 @@ def test_corpus_perplexity_rejects_changes_mid_stream(stub: Stub) -> None:
 
 def test_later_rpcs_are_unimplemented(stub: Stub) -> None:
     unimplemented = grpc.StatusCode.UNIMPLEMENTED
-    _fails(lambda: stub.BeamSearch(pb.BeamSearchRequest(model="test")), unimplemented, "BeamSearch")
     _fails(lambda: stub.Rerank(pb.RerankRequest(model="test")), unimplemented, "Rerank")
-    _fails(lambda: list(stub.Generate(pb.GenerateRequest(model="test"))), unimplemented, "Generate")
     _fails(
         lambda: list(stub.Complete(iter([pb.CompleteRequest(model="test")]))),
         unimplemented,
