@@ -8,6 +8,7 @@ divides the same log-probability by words + `</s>`s, and the character vocabular
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import shutil
@@ -206,6 +207,27 @@ def test_perplexity_is_per_word(
     assert corpus([VALID]).perplexity_per_word == pytest.approx(
         manifest.provenance.metrics["valid_perplexity"], rel=1e-4
     )
+
+
+def test_lmserve_ppl_reports_the_per_word_figure(
+    server: BackgroundServer,
+    stub: Stub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    trained: dict[str, Trained],
+) -> None:
+    corpus = tmp_path / "valid.txt"
+    corpus.write_text("\n".join(VALID) + "\n")
+    stats = stub.Perplexity(pb.PerplexityRequest(model="bpe-gru", texts=VALID)).stats
+    argv = ["ppl", "--target", server.address, "--model", "bpe-gru", str(corpus)]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["word_count"], data["token_count"]) == (stats.word_count, stats.token_count)
+    assert data["perplexity_per_word"] == pytest.approx(stats.perplexity_per_word)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"perplexity per word:        {stats.perplexity_per_word:.4f}" in out
+    assert f"words: {stats.word_count}" in out
 
 
 def test_character_vocabulary_is_unescaped_end_to_end(

@@ -7,6 +7,7 @@ caller asked for token details.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -82,8 +83,11 @@ class TextScore:
 class PerplexityStats:
     """Perplexity over a set of texts; natural-log sums, `</s>` counted when eos is on.
 
-    `perplexity = exp(-log_prob / token_count)` (OOVs scored as the unknown word);
-    `perplexity_excluding_oov = exp(-log_prob_excluding_oov / (token_count - oov_count))`.
+    `perplexity = exp(-log_prob / token_count)` per model token (OOVs scored as the unknown one);
+    `perplexity_excluding_oov = exp(-log_prob_excluding_oov / (token_count - oov_count))`;
+    `perplexity_per_word = exp(-log_prob / word_count)`, words as the model's word tokenizer
+    splits them plus the `</s>`s: what compares word, character and BPE models (for a word
+    model it equals `perplexity`).
     """
 
     log_prob: float
@@ -93,6 +97,8 @@ class PerplexityStats:
     perplexity: float
     log_prob_excluding_oov: float
     perplexity_excluding_oov: float
+    word_count: int = 0
+    perplexity_per_word: float = math.nan
 
     @classmethod
     def from_proto(cls, msg: pb.PerplexityStats) -> PerplexityStats:
@@ -104,6 +110,8 @@ class PerplexityStats:
             perplexity=msg.perplexity,
             log_prob_excluding_oov=msg.log_prob_excluding_oov,
             perplexity_excluding_oov=msg.perplexity_excluding_oov,
+            word_count=msg.word_count,
+            perplexity_per_word=msg.perplexity_per_word,
         )
 
 

@@ -1,6 +1,7 @@
 """`lmserve ppl --model M FILE`: perplexity of a text file, one line per sentence, streamed to the
 server in batches over CorpusPerplexity. Prints perplexity with and without OOVs, the counts and
-the convention (natural logs, `<s>` context only, one `</s>` per line counted, as KenLM does).
+the convention (natural logs, `<s>` context only, one `</s>` per line counted, as KenLM does);
+for a character or BPE model also the perplexity per word (words plus one `</s>` a line).
 """
 
 from __future__ import annotations
@@ -49,15 +50,17 @@ def convention(bos: bool, eos: bool) -> str:
 
 
 def _report(stats: PerplexityStats, conv: str) -> str:
-    return "\n".join(
-        [
-            f"perplexity (OOVs included): {stats.perplexity:.4f}",
-            f"perplexity (OOVs excluded): {stats.perplexity_excluding_oov:.4f}",
-            f"log-probability (nats):     {stats.log_prob:.4f}",
-            f"lines: {stats.text_count}  tokens: {stats.token_count}  OOVs: {stats.oov_count}",
-            f"convention: {conv}",
-        ]
-    )
+    lines = [
+        f"perplexity (OOVs included): {stats.perplexity:.4f}",
+        f"perplexity (OOVs excluded): {stats.perplexity_excluding_oov:.4f}",
+        f"log-probability (nats):     {stats.log_prob:.4f}",
+        f"lines: {stats.text_count}  tokens: {stats.token_count}  OOVs: {stats.oov_count}",
+    ]
+    if stats.word_count and stats.word_count != stats.token_count:
+        # Character/BPE tokens: the figures above are per token, this one compares across models.
+        lines[1:1] = [f"perplexity per word:        {stats.perplexity_per_word:.4f}"]
+        lines[-1] += f"  words: {stats.word_count}"
+    return "\n".join([*lines, f"convention: {conv}"])
 
 
 def run(args: argparse.Namespace) -> int:
