@@ -28,7 +28,7 @@ from lmserve.export.rnn.model import RecurrentLM
 from lmserve.export.rnn.train import BEST_CHECKPOINT
 from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.cli import main
-from lmserve.server.registry.manifest import read_manifest, sha256_of
+from lmserve.server.registry.manifest import ModelManifest, read_manifest, sha256_of, write_manifest
 from lmserve.server.settings import load_settings
 from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import CharCodec
@@ -128,6 +128,43 @@ def _broken_copies(root: Path) -> None:
 
     copy("bpe-gru", "bpe-vocab-mismatch", "vocab.txt", "swap")
     copy("char-gru", "char-bad-escape", "vocab.txt", "\\q")
+    # Mixtures: of character models (served, over the components' characters), of BPE models
+    # (refused: the mixture has no tokenizer.json to cut its texts with).
+    for name, tokenizer, component in (
+        ("char-mix", {"kind": "character"}, "char-gru"),
+        ("bpe-mix", {"kind": "bpe", "file": "tokenizer"}, "bpe-gru"),
+    ):
+        (root / name).mkdir()
+        write_manifest(
+            root / name,
+            ModelManifest.model_validate(
+                {
+                    "name": name,
+                    "kind": "interpolated",
+                    "format": "interpolation",
+                    "files": {},
+                    "tokenizer": tokenizer,
+                    "architecture": {"components": [{"model": component, "weight": 1.0}]},
+                }
+            ),
+        )
+    # An n-gram model cannot take a character tokenizer: its ARPA words are the tokens.
+    (root / "char-ngram").mkdir()
+    (root / "char-ngram" / "model.arpa").write_text(
+        "\\data\\\nngram 1=4\n\n\\1-grams:\n-1.0\t<unk>\n-99\t<s>\n-0.5\t</s>\n-0.5\ta\n\n\\end\\\n"
+    )
+    write_manifest(
+        root / "char-ngram",
+        ModelManifest.model_validate(
+            {
+                "name": "char-ngram",
+                "kind": "ngram",
+                "format": "arpa",
+                "files": {"arpa": {"path": "model.arpa"}},
+                "tokenizer": {"kind": "character"},
+            }
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -247,6 +284,13 @@ def test_character_vocabulary_is_unescaped_end_to_end(
     assert list(unknown.details.oov) == [False] * 5 + [True, False]
 
 
+def test_a_mixture_of_character_models_scores_as_its_component(stub: Stub) -> None:
+    [mixed] = _score(stub, "char-mix", TEXTS[:1])
+    [alone] = _score(stub, "char-gru", TEXTS[:1])
+    np.testing.assert_allclose(list(mixed.details.log_probs), list(alone.details.log_probs))
+    assert list(mixed.details.tokens) == list(alone.details.tokens)
+
+
 def test_the_manifest_records_the_command_that_ran(
     repository: Path, trained: dict[str, Trained]
 ) -> None:
@@ -261,9 +305,11 @@ def test_the_manifest_records_the_command_that_ran(
     [
         ("bpe-vocab-mismatch", "vocab.txt: token 3 is"),
         ("char-bad-escape", "vocab.txt: character vocabulary: bad escape '\\\\q'"),
+        ("bpe-mix", "a bpe tokenizer is not served for interpolated models"),
+        ("char-ngram", "served with recurrent models only, not kind 'ngram'"),
     ],
 )
-def test_inconsistent_vocabularies_fail_alone(stub: Stub, model: str, reason: str) -> None:
+def test_inconsistent_or_unservable_models_fail_alone(stub: Stub, model: str, reason: str) -> None:
     info = stub.GetModel(pb.GetModelRequest(model=model)).model
     assert info.state == pb.MODEL_STATE_FAILED
     assert reason in info.load_error

@@ -1,4 +1,5 @@
-"""Character and BPE codecs: round trips, word counts, unknown characters, vocab.txt escaping."""
+"""Word, character and BPE codecs: round trips, word counts, unknown characters, vocab.txt
+escaping, and the `TextCodec` contract the scorer relies on."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lmserve.server.backends.base import Vocabulary
 from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import (
     CharCodec,
@@ -15,6 +17,8 @@ from lmserve.server.text.char import (
     unescape_token,
     write_vocab_file,
 )
+from lmserve.server.text.codec import TextCodec, WordCodec
+from lmserve.server.text.word import WordTokenizer
 
 TEXTS = [
     "in the beginning god created the heaven and the earth",
@@ -109,3 +113,28 @@ def test_bpe_codec_lowercases_in_its_tokenizer_json_too() -> None:
     # The tokenizer.json alone (no Python-side lowercasing) gives the same ids.
     standalone = BpeCodec.from_json(codec.to_json())
     assert standalone.tokenizer.encode("GOD SAID", add_special_tokens=False).ids == upper
+
+
+def _codecs() -> list[TextCodec]:
+    words = WordTokenizer(lowercase=True)
+    vocab = Vocabulary.from_words(
+        ["<unk>", "<s>", "</s>", *sorted({w for t in TEXTS for w in words.split(t)})]
+    )
+    return [
+        WordCodec(words, vocab),
+        CharCodec.train(TEXTS, lowercase=True),
+        BpeCodec.train(TEXTS, vocab_size=60, min_frequency=1, lowercase=True),
+    ]
+
+
+@pytest.mark.parametrize("codec", _codecs(), ids=["word", "character", "bpe"])
+def test_every_codec_counts_words_alike_and_encodes_texts_as_their_words(
+    codec: TextCodec,
+) -> None:
+    texts = ["In  the\tBeginning", "", "GOD said   let"]
+    assert [codec.count_words(t) for t in texts] == [3, 0, 3]
+    from_texts = codec.encode_texts(texts)
+    from_words = codec.encode_token_lists([t.lower().split() for t in texts])
+    assert from_texts.ids.tolist() == from_words.ids.tolist()
+    assert from_texts.offsets.tolist() == from_words.offsets.tolist()
+    assert int(from_texts.ids.max()) < len(codec.vocab)

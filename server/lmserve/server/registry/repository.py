@@ -132,7 +132,7 @@ def make_codec(
         return CharCodec(backend.vocab, lowercase=spec.lowercase, pattern=spec.pattern)
     raise ModelLoadError(
         str(folder / "model.yaml"),
-        f"a {spec.kind.value} tokenizer is not served for a {manifest.kind.value} model",
+        f"a {spec.kind.value} tokenizer is not served for {manifest.kind.value} models",
     )
 
 
