@@ -71,7 +71,12 @@ def _raw(stepper: Any, runs: int, model: str) -> None:
             stepper.step(t, s)
 
         steps = 20 if batch <= 8 else 10
-        seconds = repeat(lambda o=one, k=steps: [o() for _ in range(k)], runs)
+
+        def many(o: Any = one, k: int = steps) -> None:
+            for _ in range(k):
+                o()
+
+        seconds = repeat(many, runs)
         per_step = [s / steps for s in seconds]
         emit(
             record(

@@ -78,7 +78,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServe
             "metrics_enabled": False,
             "max_active_sequences": 4,
             "max_queued_requests": 2,
-            "max_new_tokens": 5000,
+            "max_new_tokens": 1_000_000,
         }
     )
     running = start_background_server(settings, registry=CollectorRegistry())
@@ -228,7 +228,7 @@ def test_cancelling_a_stream_frees_its_slot(server: BackgroundServer) -> None:
 
 def test_deadline_cancels_the_stream(server: BackgroundServer, client: LmServeClient) -> None:
     with pytest.raises(Exception) as info:
-        list(client.generate("lstm", max_new_tokens=5000, ignore_eos=True, timeout=0.3))
+        list(client.generate("lstm", max_new_tokens=1_000_000, ignore_eos=True, timeout=0.3))
     assert "DEADLINE" in str(info.value)
     _wait_idle(server, "lstm")
     assert not _scheduler(server, "lstm").active
@@ -262,7 +262,7 @@ def test_a_full_queue_answers_resource_exhausted(server: BackgroundServer) -> No
         ({"temperature": -1.0}, "sampling.temperature"),
         ({"top_p": 1.5}, "sampling.top_p"),
         ({"max_new_tokens": 0}, "stopping.max_new_tokens"),
-        ({"max_new_tokens": 10**6}, "stopping.max_new_tokens"),
+        ({"max_new_tokens": 10**7}, "stopping.max_new_tokens"),
         ({"n": 100}, "n"),
         ({"top_logprobs": 1000}, "top_logprobs"),
         ({"stop": [""]}, "stopping.stop"),

@@ -155,5 +155,5 @@ def beam_hypothesis(h: Any, vocab: Any) -> pb.BeamHypothesis:
         text=text,
         log_prob=float(h.log_prob),
         score=float(h.score),
-        finish_reason=int(reason.value),
+        finish_reason=pb.FinishReason.Name(reason.value),
     )
