@@ -316,3 +316,36 @@ def test_inconsistent_or_unservable_models_fail_alone(stub: Stub, model: str, re
     with pytest.raises(grpc.RpcError) as caught:
         stub.Score(pb.ScoreRequest(model=model, texts=["the"]))
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_generated_text_is_the_codecs_decoding_of_the_generated_tokens(
+    stub: Stub, trained: dict[str, Trained], kind: str
+) -> None:
+    """Streamed pieces and the final text read as the tokenizer writes (characters joined, BPE
+    pieces merged into words), not as space-joined token strings."""
+    model = trained[kind]
+    request = pb.GenerateRequest(
+        model=model.name,
+        prompt="and god",
+        sampling=pb.SamplingParams(temperature=1.0, seed=7),
+        stopping=pb.StoppingCriteria(max_new_tokens=12, ignore_eos=True),
+    )
+    ids, pieces, final = [], [], None
+    for message in stub.Generate(request, timeout=30):
+        if message.HasField("token"):
+            ids.append(message.token.token_id)
+            pieces.append(message.token.text)
+        else:
+            final = message.finished
+    assert final is not None and len(ids) == 12
+    expected = model.codec.decode(ids)
+    assert final.text == "".join(pieces) == expected
+
+    beam = stub.BeamSearch(
+        pb.BeamSearchRequest(model=model.name, prompt="and god", beam_width=2, max_length=6),
+        timeout=30,
+    )
+    best = beam.hypotheses[0]
+    eos = model.codec.vocab.eos_id
+    assert best.text == model.codec.decode([i for i in best.token_ids if i != eos])

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from lmserve.server.decoding.detokenize import Detokenizer, detokenize
 from lmserve.server.decoding.params import (
     BeamParams,
     GenerateParams,
@@ -140,14 +141,11 @@ def generate_response(
     return pb.GenerateResponse(token=token)
 
 
-def beam_hypothesis(h: Any, vocab: Any) -> pb.BeamHypothesis:
-    """A `decoding.beam` hypothesis as a message; tokens named by the vocabulary."""
+def beam_hypothesis(h: Any, vocab: Any, detokenizer: Detokenizer) -> pb.BeamHypothesis:
+    """A `decoding.beam` hypothesis as a message; its text from the model's detokenizer."""
     ids = [int(i) for i in h.token_ids]
     tokens = [vocab.words[i] for i in ids]
-    text = getattr(h, "text", None)
-    if text is None:
-        eos = vocab.eos_id
-        text = " ".join(vocab.words[i] for i in ids if i != eos)
+    text = detokenize(detokenizer, ids)
     reason = h.finish_reason  # decoding.stopping.FinishReason: values are the proto numbers
     return pb.BeamHypothesis(
         token_ids=ids,

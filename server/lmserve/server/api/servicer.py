@@ -25,14 +25,15 @@ from lmserve.server.api.validation import (
     validate_model_name,
     validate_options,
 )
+from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory
 from lmserve.server.decoding.scoring import (
     PerplexityAccumulator,
     ScoredTexts,
     ScoreOptions,
 )
 from lmserve.server.engine.scheduler import GenerationLimits, SchedulerPool
-from lmserve.server.engine.sequence import GenerationRequest
-from lmserve.server.errors import InvalidArgument, Unimplemented
+from lmserve.server.engine.sequence import Finish, FinishEvent, GenerationRequest
+from lmserve.server.errors import DeadlineExceeded, InvalidArgument, Unimplemented
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry, ModelRepository
 from lmserve.v1 import lm_service_pb2 as pb
@@ -140,11 +141,14 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         prompt = self._prompt(entry, request.prompt, request.prompt_token_ids, len(vocab))
         remaining = context.time_remaining()
         deadline = None if remaining is None else time.monotonic() + remaining
-        scheduler = self._generation.get(entry.name, backend)
+        scheduler = self._generation.get(entry.name, backend, self._detokenizer(entry))
         stream = scheduler.submit(GenerationRequest(prompt, params, deadline))
         words, logprobs, top = vocab.words, params.logprobs, params.top_logprobs
         try:
             async for event in stream:
+                if _ended_by_deadline(event, deadline):
+                    # The scheduler freed the slot at the deadline; the call itself failed.
+                    raise DeadlineExceeded("Generate did not finish before the deadline")
                 yield generation.generate_response(event, words, logprobs, top)
         finally:
             stream.cancel()  # no-op when finished; frees the slots of a client that left
@@ -163,7 +167,9 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
 
         hypotheses = await asyncio.to_thread(beam_search, stepper, prompt, params)
         return pb.BeamSearchResponse(
-            hypotheses=[generation.beam_hypothesis(h, vocab) for h in hypotheses]
+            hypotheses=[
+                generation.beam_hypothesis(h, vocab, self._detokenizer(entry)()) for h in hypotheses
+            ]
         )
 
     async def Rerank(
@@ -177,6 +183,13 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         raise Unimplemented("Complete is not implemented yet on this server")
 
     # -- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _detokenizer(entry: ModelEntry) -> Callable[[], Detokenizer]:
+        """Fresh detokenizers for the model's codec, so generated text reads as its tokenizer
+        writes it (words spaced, characters joined, BPE pieces merged)."""
+        assert entry.scorer is not None and entry.backend is not None
+        return detokenizer_factory(entry.scorer.codec, entry.backend.vocab)
 
     def close(self) -> None:
         """Stops the generation schedulers' threads."""
@@ -261,3 +274,12 @@ def _check_same_stream(
         )
     if message.HasField("options") and message.options != first_options:
         raise InvalidArgument("options", "changed mid-stream; later messages must repeat them")
+
+
+def _ended_by_deadline(event: object, deadline: float | None) -> bool:
+    return (
+        isinstance(event, FinishEvent)
+        and event.reason is Finish.CANCELLED
+        and deadline is not None
+        and time.monotonic() >= deadline
+    )

@@ -109,3 +109,22 @@ def make_detokenizer(
     if decode is None:
         raise ValueError(f"a {kind!r} detokenizer needs the codec's decode")
     return DecodeDetokenizer(decode, vocab)
+
+
+def detokenizer_factory(codec: object, vocab: Vocabulary) -> Callable[[], Detokenizer]:
+    """A maker of fresh detokenizers for a model's codec: characters, BPE (by its `decode`), or
+    words for everything else."""
+    from lmserve.server.text.bpe import BpeCodec
+    from lmserve.server.text.char import CharCodec
+
+    if isinstance(codec, CharCodec):
+        return lambda: CharDetokenizer(vocab)
+    if isinstance(codec, BpeCodec):
+        decode = codec.decode
+        return lambda: DecodeDetokenizer(decode, vocab)
+    return lambda: WordDetokenizer(vocab)
+
+
+def detokenize(detokenizer: Detokenizer, ids: Sequence[int]) -> str:
+    """The whole text of a finished sequence of ids."""
+    return "".join(detokenizer.add(int(i)) for i in ids) + detokenizer.flush()

@@ -4,15 +4,14 @@
     drawn = sample(active_sequences, log_probs, vocab)     # one vectorised draw over [B, V]
     piece, finish = accept(decoder, token_id, count)       # detokenize + stop conditions
 
-Sampling is `decoding.sampling` (vectorised, one generator per sample). `decoding.stopping` and
-`decoding.detokenize` are being written alongside; until they land, `accept` below joins word
-tokens with spaces and matches stop strings and ids and max_new_tokens itself, so that this is
-the only module to switch over.
+Sampling is `decoding.sampling` (vectorised, one generator per sample); text and stop
+conditions are `decoding.stopping.StopChecker` over the model's detokenizer
+(`decoding.detokenize`), so word, character and BPE models stream their own text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,10 @@ import numpy.typing as npt
 
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.backends.stepping import make_stepper as _make_stepper
+from lmserve.server.decoding.detokenize import Detokenizer
 from lmserve.server.decoding.params import GenerateParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
+from lmserve.server.decoding.stopping import FinishReason, StopChecker
 from lmserve.server.engine.sequence import Finish, GenerationRequest
 
 
@@ -39,20 +40,22 @@ def select_rows(stepper: Stepper, state: Any, rows: Sequence[int]) -> Any:
 
 
 class _SampleDecoder:
-    """One sample's decoding state: the decoding layer's sampler, then text and stop matching."""
+    """One sample's decoding state: the decoding layer's sampler and its stop checker."""
 
-    __slots__ = ("params", "sampler", "text", "emitted", "eos_id", "words")
+    __slots__ = ("params", "sampler", "checker", "eos_id")
 
-    def __init__(self, params: GenerateParams, sampler: SequenceSampler, vocab: Any) -> None:
+    def __init__(
+        self, params: GenerateParams, sampler: SequenceSampler, checker: StopChecker, eos_id: int
+    ) -> None:
         self.params = params
         self.sampler = sampler
-        self.text = ""
-        self.emitted = 0  # characters of `text` already sent
-        self.eos_id: int = vocab.eos_id
-        self.words: Sequence[str] = vocab.words
+        self.checker = checker
+        self.eos_id = eos_id
 
 
-def new_decoders(request: GenerationRequest, vocab: Any) -> list[_SampleDecoder]:
+def new_decoders(
+    request: GenerationRequest, vocab: Any, detokenizer: Callable[[], Detokenizer]
+) -> list[_SampleDecoder]:
     """One decoder per sample; sample k draws from its own generator seeded by (seed, k), so
     its tokens depend on the seed and index only, never on the batch around it."""
     params: GenerateParams = request.params
@@ -68,7 +71,8 @@ def new_decoders(request: GenerationRequest, vocab: Any) -> list[_SampleDecoder]
                 ignore_eos=st.ignore_eos,
                 stop_token_ids=st.stop_token_ids,
             ),
-            vocab,
+            StopChecker(st, detokenizer(), eos_id=vocab.eos_id),
+            vocab.eos_id,
         )
         for rng in request_generators(params.sampling.seed, params.n)
     ]
@@ -105,33 +109,26 @@ def sample(active: Sequence[Any], log_probs: npt.NDArray[Any], vocab: Any) -> Dr
     return Drawn(out.token_ids.tolist(), out.log_probs.tolist(), tops)
 
 
+_FINISH = {
+    FinishReason.LENGTH: Finish.LENGTH,
+    FinishReason.STOP: Finish.STOP,
+    FinishReason.END_OF_SENTENCE: Finish.END_OF_SENTENCE,
+    FinishReason.CANCELLED: Finish.CANCELLED,
+}
+
+
 def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, Finish | None]:
-    """Adds a drawn token: its text piece (None when it ends the sample unseen) and why the
-    sample ends, if it does. `count` is the tokens drawn so far, this one included."""
+    """Adds a drawn token: its text piece (None when it ends the sample unseen: `</s>` or a stop
+    token id) and why the sample ends, if it does. `count` is the tokens drawn so far, this one
+    included."""
     st = d.params.stopping
-    if token_id == d.eos_id and not st.ignore_eos:
-        return None, Finish.END_OF_SENTENCE
-    word = d.words[token_id]
-    d.text = f"{d.text} {word}" if d.text else word
-    if token_id in st.stop_token_ids:
-        return _piece(d, len(d.text)), Finish.STOP
-    for s in st.stop:
-        at = d.text.find(s, max(0, d.emitted - len(s)))
-        if at >= 0:
-            d.text = d.text[:at]
-            return _piece(d, len(d.text)), Finish.STOP
-    if count >= st.max_new_tokens:
-        return _piece(d, len(d.text)), Finish.LENGTH
-    # Hold back a tail that could still become a stop string.
-    hold = max((len(s) - 1 for s in st.stop), default=0)
-    return _piece(d, max(d.emitted, len(d.text) - hold)), None
-
-
-def _piece(d: _SampleDecoder, upto: int) -> str:
-    piece = d.text[d.emitted : upto]
-    d.emitted = max(d.emitted, upto)
-    return piece
+    ends_unseen = (token_id == d.eos_id and not st.ignore_eos) or (
+        token_id in st.stop_token_ids and count > st.min_new_tokens
+    )
+    step = d.checker.add(token_id)
+    finish = None if step.finish_reason is None else _FINISH[step.finish_reason]
+    return (None if ends_unseen else step.text), finish
 
 
 def final_text(d: _SampleDecoder) -> str:
-    return d.text
+    return d.checker.text

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.engine import decoding_bridge as bridge
 from lmserve.server.engine.sequence import (
     Event,
@@ -119,10 +120,13 @@ class GenerationScheduler:
         vocab: Any,
         limits: GenerationLimits,
         metrics: Metrics | None = None,
+        detokenizer: Callable[[], Detokenizer] | None = None,
     ) -> None:
         self.model = model
         self.stepper = stepper
         self.vocab = vocab
+        # Each sample gets a fresh detokenizer of the model's codec (words by default).
+        self._detokenizer = detokenizer or (lambda: WordDetokenizer(vocab))
         self.limits = limits
         self._metrics = metrics
         self._waiting: deque[GenerationStream] = deque()
@@ -219,7 +223,9 @@ class GenerationScheduler:
         prompt_lp, prompt_state = self.stepper.prefill([s.request.prompt_ids for s in streams])
         rows: list[int] = []
         for i, stream in enumerate(streams):
-            for k, decoder in enumerate(bridge.new_decoders(stream.request, self.vocab)):
+            for k, decoder in enumerate(
+                bridge.new_decoders(stream.request, self.vocab, self._detokenizer)
+            ):
                 self.active.append(_Sequence(stream, k, decoder))
                 rows.append(i)
         new_lp = prompt_lp[rows]
@@ -390,13 +396,15 @@ class SchedulerPool:
                 stepper = self._steppers[name] = self._factory(backend)
             return stepper
 
-    def get(self, name: str, backend: Any) -> GenerationScheduler:
+    def get(
+        self, name: str, backend: Any, detokenizer: Callable[[], Detokenizer] | None = None
+    ) -> GenerationScheduler:
         stepper = self.stepper(name, backend)
         with self._lock:
             scheduler = self._schedulers.get(name)
             if scheduler is None:
                 scheduler = GenerationScheduler(
-                    name, stepper, backend.vocab, self.limits, self._metrics
+                    name, stepper, backend.vocab, self.limits, self._metrics, detokenizer
                 )
                 self._schedulers[name] = scheduler
             return scheduler
