@@ -92,9 +92,13 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
     return info
 
 
-def text_scores(scored: ScoredTexts) -> list[pb.TextScore]:
-    """One TextScore per text; per-token details only when they were computed."""
-    TextScore = pb.TextScore
+def score_response(model: str, scored: ScoredTexts) -> pb.ScoreResponse:
+    """One TextScore per text; per-token details only when they were computed.
+
+    Results are appended in place with `results.add`, about twice as fast as building a list of
+    TextScore messages and copying it in (this runs for every text of every Score request)."""
+    response = pb.ScoreResponse(model=model)
+    add = response.results.add
     totals = zip(
         scored.log_probs.tolist(),
         scored.token_counts.tolist(),
@@ -102,11 +106,12 @@ def text_scores(scored: ScoredTexts) -> list[pb.TextScore]:
         strict=True,
     )
     if scored.details is None:
-        return [TextScore(log_prob=lp, token_count=n, oov_count=o) for lp, n, o in totals]
-    return [
-        TextScore(log_prob=lp, token_count=n, oov_count=o, details=token_details(d))
-        for (lp, n, o), d in zip(totals, scored.details, strict=True)
-    ]
+        for lp, n, o in totals:
+            add(log_prob=lp, token_count=n, oov_count=o)
+        return response
+    for (lp, n, o), d in zip(totals, scored.details, strict=True):
+        add(log_prob=lp, token_count=n, oov_count=o, details=token_details(d))
+    return response
 
 
 def token_details(details: TokenDetails) -> pb.TokenDetails:

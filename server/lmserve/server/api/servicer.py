@@ -86,7 +86,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         batch = validate_batch(request, self._limits)
         options = validate_options(request)
         scored = await self._score(entry, batch, options, details=request.return_tokens)
-        return pb.ScoreResponse(model=request.model, results=convert.text_scores(scored))
+        return convert.score_response(request.model, scored)
 
     async def Perplexity(
         self, request: pb.PerplexityRequest, context: aio.ServicerContext
