@@ -1,7 +1,7 @@
 """`lmserve interpolate`: mixes served models, tuning the weights on held-out text by EM.
 
     lmserve interpolate --model-repository models --components kjv-lstm kjv-5gram \\
-        --heldout valid.txt --test test.txt --name kjv-lstm+5gram models/kjv-lstm+5gram
+        --heldout valid.txt --test test.txt --name kjv-lstm-5gram models/kjv-lstm-5gram
 
 The weights maximise the held-out likelihood of P(w|h) = sum_i w_i P_i(w|h). With the
 components fixed, this is a mixture whose only parameters are the weights, so EM is exact and
