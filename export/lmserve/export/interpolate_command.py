@@ -76,8 +76,11 @@ def run(args: argparse.Namespace) -> int:
         log(f"scoring {len(test_lines)} test lines")
         test = component_log_probs(components, test_lines, args.batch_lines)
         metrics["test_perplexity"] = mixture_perplexity(test, weights)
+    import shlex
+
+    command = "lmserve " + shlex.join(getattr(args, "argv", None) or sys.argv[1:])
     write_interpolated_folder(
-        args.out_dir, name, components, weights, metrics, corpus=str(args.heldout)
+        args.out_dir, name, components, weights, metrics, corpus=str(args.heldout), command=command
     )
     for key, value in metrics.items():
         log(f"{key}: {value:.3f}")

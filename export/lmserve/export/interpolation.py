@@ -111,6 +111,7 @@ def write_interpolated_folder(
     metrics: dict[str, float],
     *,
     corpus: str,
+    command: str = "lmserve interpolate",
 ) -> ModelManifest:
     first = components.manifests[0]
     values = [float(w) for w in weights]
@@ -128,7 +129,7 @@ def write_interpolated_folder(
             "architecture": {"components": parts, "tuning": "EM on held-out per-token probs"},
             "provenance": {
                 "training_corpus": corpus,
-                "trained_by": "lmserve interpolate",
+                "trained_by": command,
                 "metrics": metrics,
             },
         }
