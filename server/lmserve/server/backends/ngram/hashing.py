@@ -20,6 +20,8 @@ import numpy.typing as npt
 
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads sequential keys
 _SHIFT32 = np.uint64(32)
+_MULTIPLIER_INT = int(_MULTIPLIER)
+_MASK64 = (1 << 64) - 1
 BUCKETS_PER_KEY = 2.0
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # never a key: prefix indices stay below 2**32 - 1
 
@@ -108,6 +110,13 @@ class HashTable:
 SLOT_DTYPE = np.dtype([("key", "<u8"), ("prob", "<f4"), ("backoff", "<f4")])
 # Slots per entry: load factor 1/1.5, KenLM's default `probing_multiplier`.
 SLOTS_PER_KEY = 1.5
+
+
+def home_slot(key: int, n_home: int) -> int:
+    """`home_slots` of one key in plain integers: a single lookup pays no numpy call overhead
+    (next-token distributions look up a few context words each)."""
+    mixed = ((key * _MULTIPLIER_INT) & _MASK64) >> 32
+    return (mixed * n_home) >> 32
 
 
 def home_slots(keys: U64, n_home: int) -> I64:
@@ -202,13 +211,13 @@ class ProbingTable:
     def get(self, key: int) -> int:
         """One key's slot (-1 if absent), in plain Python (for the few words of a context)."""
         slot_keys = self._keys
-        slot = int(home_slots(np.array([key], dtype=np.uint64), self.n_home)[0])
-        k = np.uint64(key)
+        slot = home_slot(key, self.n_home)
+        empty = int(EMPTY)
         while True:
-            got = slot_keys[slot]
-            if got == k:
+            got = int(slot_keys[slot])
+            if got == key:
                 return slot
-            if got == EMPTY:
+            if got == empty:
                 return -1
             slot += 1
 
