@@ -22,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Batches of at least this many (possible) words release the GIL while they are encoded. */
+#define RELEASE_GIL_MIN_WORDS ((Py_ssize_t)1 << 16)
+
 /* KenLM's util::kSpaces (util/string_piece / tokenize): the ASCII whitespace bytes. */
 static unsigned char kSpace[256];
 
@@ -240,7 +243,9 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
     int64_t *off_out = (int64_t *)PyByteArray_AS_STRING(offsets);
     Py_ssize_t n_words = 0;
     const int32_t unk = self->unk_id;
-    Py_BEGIN_ALLOW_THREADS
+    /* As in the n-gram kernel: only a long batch releases the GIL (a busy server's threads
+       would otherwise make this call wait to win it back, longer than the work itself). */
+    PyThreadState *released = cap >= RELEASE_GIL_MIN_WORDS ? PyEval_SaveThread() : NULL;
     off_out[0] = 0;
     for (Py_ssize_t i = 0; i < n_texts; i++) {
         const char *p = spans[i].p, *end = p + spans[i].n;
@@ -266,7 +271,9 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
         }
         off_out[i + 1] = n_words;
     }
-    Py_END_ALLOW_THREADS
+    if (released) {
+        PyEval_RestoreThread(released);
+    }
     if (PyByteArray_Resize(ids, n_words * (Py_ssize_t)sizeof(int32_t)) < 0 ||
         PyByteArray_Resize(oov, n_words) < 0) {
         goto done;
