@@ -127,6 +127,7 @@ def server(repository: Path) -> Iterator[BackgroundServer]:
             "port": 0,
             "metrics_enabled": False,
             "max_chunk_tokens": 16,
+            "batching_enabled": True,  # forced: "auto" batches GPU models only
             "batch_max_wait_ms": 50,
         }
     )

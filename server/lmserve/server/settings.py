@@ -52,7 +52,11 @@ class Settings(BaseSettings):
     # Longer texts are scored in time chunks of this many tokens, the state carried across.
     max_chunk_tokens: int = Field(default=256, ge=1)
     # Micro-batching: concurrent Score/Perplexity requests for one neural model share a forward.
-    batching_enabled: bool = True
+    # None (auto) batches models that run on a GPU execution provider only: on the 2-core CPU
+    # machines measured (bench/bench_server_neural.py), larger ONNX passes are slower per token
+    # (the [batch, time, vocab] logits are memory-bound), and 16 clients served unbatched did
+    # 20% better than batched. True or False forces it.
+    batching_enabled: bool | None = None
     batch_max_texts: int = Field(default=256, ge=1)
     batch_max_tokens: int = Field(default=16_384, ge=1)
     batch_max_wait_ms: float = Field(default=2.0, ge=0)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.interpolated import InterpolatedBackend
-from lmserve.server.backends.onnx import OnnxOptions
+from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
 from lmserve.server.backends.recurrent import RecurrentBackend
 from lmserve.server.decoding.scoring import Scorer
 from lmserve.server.engine.batcher import BatchLimits, MicroBatcher
@@ -84,6 +84,8 @@ class LoadOptions:
 
     onnx: OnnxOptions = OnnxOptions()
     batching: BatchLimits | None = BatchLimits()
+    # Batch only models that run on a GPU (the settings' "auto").
+    batching_gpu_only: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoadOptions:
@@ -98,10 +100,10 @@ class LoadOptions:
             BatchLimits(
                 settings.batch_max_texts, settings.batch_max_tokens, settings.batch_max_wait_ms
             )
-            if settings.batching_enabled
+            if settings.batching_enabled is not False
             else None
         )
-        return cls(onnx, batching)
+        return cls(onnx, batching, batching_gpu_only=settings.batching_enabled is None)
 
 
 def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
@@ -143,6 +145,13 @@ def _needs_batcher(backend: LanguageModelBackend) -> bool:
     return isinstance(backend, RecurrentBackend)
 
 
+def _on_gpu(backend: LanguageModelBackend) -> bool:
+    """Whether the model (or a neural component) runs on ONNX Runtime's CUDA provider."""
+    if isinstance(backend, InterpolatedBackend):
+        return any(_on_gpu(b) for b in backend.components)
+    return isinstance(backend, OnnxBackend) and "CUDAExecutionProvider" in backend.providers
+
+
 def load_entry(
     folder: Path,
     options: LoadOptions | None = None,
@@ -177,7 +186,11 @@ def load_entry(
     seconds = time.perf_counter() - started
     log.info("model %s loaded from %s in %.2f s", manifest.name, folder, seconds)
     batcher = None
-    if options.batching is not None and _needs_batcher(backend):
+    if (
+        options.batching is not None
+        and _needs_batcher(backend)
+        and (not options.batching_gpu_only or _on_gpu(backend))
+    ):
         batcher = MicroBatcher(backend, options.batching)
     return ModelEntry(
         manifest.name,
