@@ -8,6 +8,7 @@ unexpected becomes INTERNAL with the traceback in the server log, never sent to 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -86,23 +87,29 @@ class ServingInterceptor(aio.ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
+    @contextlib.asynccontextmanager
+    async def _serving(self, method: str, context: aio.ServicerContext) -> AsyncIterator[None]:
+        """Around one RPC: the deadline check, in-flight gauge, error mapping and metrics."""
+        holder = [""]
+        _call_model.set(holder)
+        started = time.perf_counter()
+        inflight = self._metrics.inflight.labels(method=method)
+        inflight.inc()
+        code = grpc.StatusCode.OK
+        try:
+            _check_deadline(context)
+            yield
+        except BaseException as exc:
+            code = _code_for(exc)
+            await _answer_failure(method, exc, code, context)
+        finally:
+            inflight.dec()
+            self._record(method, holder[0], code, started)
+
     def _wrap_unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def wrapped(request: Any, context: aio.ServicerContext) -> Any:
-            holder = [""]
-            _call_model.set(holder)
-            started = time.perf_counter()
-            inflight = self._metrics.inflight.labels(method=method)
-            inflight.inc()
-            code = grpc.StatusCode.OK
-            try:
-                _check_deadline(context)
+            async with self._serving(method, context):
                 return await behavior(request, context)
-            except BaseException as exc:
-                code = _code_for(exc)
-                await _answer_failure(method, exc, code, context)
-            finally:
-                inflight.dec()
-                self._record(method, holder[0], code, started)
 
         return wrapped
 
@@ -111,22 +118,9 @@ class ServingInterceptor(aio.ServerInterceptor):
             return self._wrap_unary(method, behavior)  # writes with context.write
 
         async def wrapped(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
-            holder = [""]
-            _call_model.set(holder)
-            started = time.perf_counter()
-            inflight = self._metrics.inflight.labels(method=method)
-            inflight.inc()
-            code = grpc.StatusCode.OK
-            try:
-                _check_deadline(context)
+            async with self._serving(method, context):
                 async for response in behavior(request, context):
                     yield response
-            except BaseException as exc:
-                code = _code_for(exc)
-                await _answer_failure(method, exc, code, context)
-            finally:
-                inflight.dec()
-                self._record(method, holder[0], code, started)
 
         return wrapped
 
