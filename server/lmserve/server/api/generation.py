@@ -20,16 +20,10 @@ from lmserve.server.decoding.params import (
     StoppingParams,
 )
 from lmserve.server.engine.scheduler import GenerationLimits
-from lmserve.server.engine.sequence import Event, Finish, FinishEvent
+from lmserve.server.engine.sequence import Event, FinishEvent
 from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 
-FINISH_REASONS = {
-    Finish.LENGTH: pb.FINISH_REASON_LENGTH,
-    Finish.STOP: pb.FINISH_REASON_STOP,
-    Finish.END_OF_SENTENCE: pb.FINISH_REASON_END_OF_SENTENCE,
-    Finish.CANCELLED: pb.FINISH_REASON_CANCELLED,
-}
 _LENGTH_PENALTIES = {
     pb.LENGTH_PENALTY_KIND_UNSPECIFIED: "none",
     pb.LENGTH_PENALTY_KIND_NONE: "none",
@@ -114,7 +108,7 @@ def generate_response(
         return pb.GenerateResponse(
             finished=pb.GenerationFinished(
                 sample_index=event.sample_index,
-                reason=FINISH_REASONS[event.reason],
+                reason=pb.FinishReason.Name(event.reason.value),  # values are the proto numbers
                 text=event.text,
                 log_prob=event.log_prob,
                 usage=pb.Usage(

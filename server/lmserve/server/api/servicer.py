@@ -31,8 +31,9 @@ from lmserve.server.decoding.scoring import (
     ScoredTexts,
     ScoreOptions,
 )
+from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine.scheduler import GenerationLimits, SchedulerPool
-from lmserve.server.engine.sequence import Finish, FinishEvent, GenerationRequest
+from lmserve.server.engine.sequence import FinishEvent, GenerationRequest
 from lmserve.server.errors import DeadlineExceeded, InvalidArgument, Unimplemented
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry, ModelRepository
@@ -279,7 +280,7 @@ def _check_same_stream(
 def _ended_by_deadline(event: object, deadline: float | None) -> bool:
     return (
         isinstance(event, FinishEvent)
-        and event.reason is Finish.CANCELLED
+        and event.reason is FinishReason.CANCELLED
         and deadline is not None
         and time.monotonic() >= deadline
     )

@@ -15,28 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.backends.stepping import Stepper
-from lmserve.server.backends.stepping import make_stepper as _make_stepper
 from lmserve.server.decoding.detokenize import Detokenizer
 from lmserve.server.decoding.params import GenerateParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
 from lmserve.server.decoding.stopping import FinishReason, StopChecker
-from lmserve.server.engine.sequence import Finish, GenerationRequest
-
-
-def make_stepper(backend: Any) -> Stepper:
-    return _make_stepper(backend)
-
-
-def samples_of(params: GenerateParams) -> int:
-    return params.n
-
-
-def select_rows(stepper: Stepper, state: Any, rows: Sequence[int]) -> Any:
-    return stepper.select(state, np.asarray(rows, dtype=np.int64))
+from lmserve.server.engine.sequence import GenerationRequest
 
 
 class _SampleDecoder:
@@ -109,15 +94,7 @@ def sample(active: Sequence[Any], log_probs: npt.NDArray[Any], vocab: Any) -> Dr
     return Drawn(out.token_ids.tolist(), out.log_probs.tolist(), tops)
 
 
-_FINISH = {
-    FinishReason.LENGTH: Finish.LENGTH,
-    FinishReason.STOP: Finish.STOP,
-    FinishReason.END_OF_SENTENCE: Finish.END_OF_SENTENCE,
-    FinishReason.CANCELLED: Finish.CANCELLED,
-}
-
-
-def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, Finish | None]:
+def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, FinishReason | None]:
     """Adds a drawn token: its text piece (None when it ends the sample unseen: `</s>` or a stop
     token id) and why the sample ends, if it does. `count` is the tokens drawn so far, this one
     included."""
@@ -126,8 +103,7 @@ def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, Fi
         token_id in st.stop_token_ids and count > st.min_new_tokens
     )
     step = d.checker.add(token_id)
-    finish = None if step.finish_reason is None else _FINISH[step.finish_reason]
-    return (None if ends_unseen else step.text), finish
+    return (None if ends_unseen else step.text), step.finish_reason
 
 
 def final_text(d: _SampleDecoder) -> str:

@@ -35,11 +35,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
+from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine import decoding_bridge as bridge
 from lmserve.server.engine.sequence import (
     Event,
-    Finish,
     FinishEvent,
     GenerationRequest,
     GenerationStream,
@@ -89,7 +90,7 @@ class _Sequence:
         self.last_time = 0.0
         self.first_time = 0.0
 
-    def finish_event(self, reason: Finish, text: str, now: float) -> FinishEvent:
+    def finish_event(self, reason: FinishReason, text: str, now: float) -> FinishEvent:
         started = self.request.arrived
         return FinishEvent(
             sample_index=self.sample_index,
@@ -145,7 +146,7 @@ class GenerationScheduler:
     def submit(self, request: GenerationRequest) -> GenerationStream:
         """Queues a request; Overloaded when the queue is full. Call on the event loop."""
         self._loop = asyncio.get_running_loop()
-        samples = bridge.samples_of(request.params)
+        samples = request.params.n
         stream = GenerationStream(request, samples)
         with self._cond:
             if self._closed:
@@ -229,7 +230,7 @@ class GenerationScheduler:
                 self.active.append(_Sequence(stream, k, decoder))
                 rows.append(i)
         new_lp = prompt_lp[rows]
-        new_state = bridge.select_rows(self.stepper, prompt_state, rows)
+        new_state = self.stepper.select(prompt_state, np.asarray(rows, dtype=np.int64))
         if log_probs is None or state is None or len(self.active) == len(rows):
             return new_lp, new_state
         return (
@@ -259,7 +260,7 @@ class GenerationScheduler:
             if not seq.stream.cancelled:  # deadline: tell the stream, which still listens
                 text = bridge.final_text(seq.decoder)
                 events.setdefault(seq.stream, []).append(
-                    seq.finish_event(Finish.CANCELLED, text, now)
+                    seq.finish_event(FinishReason.CANCELLED, text, now)
                 )
         keep = sorted(set(range(len(self.active))) - set(gone))
         return self._keep(keep, log_probs, state, events)
@@ -326,7 +327,7 @@ class GenerationScheduler:
             return None, None
         rows = list(keep)
         kept_lp = None if log_probs is None else log_probs[rows]
-        return kept_lp, bridge.select_rows(self.stepper, state, rows)
+        return kept_lp, self.stepper.select(state, np.asarray(rows, dtype=np.int64))
 
     # -- hand-over to the event loop -------------------------------------------------------
 
@@ -349,7 +350,7 @@ class GenerationScheduler:
         by_stream: dict[GenerationStream, list[Event]] = {}
         for seq in self.active:
             by_stream.setdefault(seq.stream, []).append(
-                seq.finish_event(Finish.CANCELLED, bridge.final_text(seq.decoder), now)
+                seq.finish_event(FinishReason.CANCELLED, bridge.final_text(seq.decoder), now)
             )
         items.extend(by_stream.items())
         with self._cond:
@@ -383,7 +384,7 @@ class SchedulerPool:
     ) -> None:
         self.limits = limits
         self._metrics = metrics
-        self._factory = stepper_factory or bridge.make_stepper
+        self._factory = stepper_factory or make_stepper
         self._schedulers: dict[str, GenerationScheduler] = {}
         self._steppers: dict[str, Any] = {}
         self._lock = threading.Lock()

@@ -14,17 +14,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-
-class Finish(StrEnum):
-    """Why a sample ended (the proto's FinishReason, without gRPC)."""
-
-    LENGTH = "length"
-    STOP = "stop"
-    END_OF_SENTENCE = "end_of_sentence"
-    CANCELLED = "cancelled"
+from lmserve.server.decoding.stopping import FinishReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +45,7 @@ class FinishEvent:
     """The end of one sample: its reason, whole text (stop strings trimmed), log-prob sum."""
 
     sample_index: int
-    reason: Finish
+    reason: FinishReason
     text: str
     log_prob: float
     usage: Usage
