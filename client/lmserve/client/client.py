@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 import grpc
 import grpc.aio
@@ -27,6 +27,8 @@ from lmserve.client.types import (
 )
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
+
+R = TypeVar("R")
 
 DEFAULT_TARGET = req.DEFAULT_TARGET
 DEFAULT_TIMEOUT = 30.0
@@ -53,18 +55,18 @@ def _scores(resp: pb.ScoreResponse, with_tokens: bool) -> list[TextScore]:
     return [totals(r.log_prob, r.token_count, r.oov_count) for r in resp.results]
 
 
-class _CapturingIterator:
+class _CapturingIterator(Generic[R]):
     """Wraps a request iterator so an exception raised while building requests reaches the
     caller as itself (gRPC would otherwise report it only as a CANCELLED call)."""
 
-    def __init__(self, inner: Iterator[pb.CorpusPerplexityRequest]) -> None:
+    def __init__(self, inner: Iterator[R]) -> None:
         self._inner = inner
         self.error: BaseException | None = None
 
     def __iter__(self) -> Self:
         return self
 
-    def __next__(self) -> pb.CorpusPerplexityRequest:
+    def __next__(self) -> R:
         try:
             return next(self._inner)
         except StopIteration:
@@ -171,6 +173,41 @@ class LmServeClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         return _scores(resp, return_tokens)
+
+    def score_stream(
+        self,
+        model: str,
+        batches: Iterable[req.Inputs],
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        return_tokens: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[list[TextScore]]:
+        """Scores many batches on one ScoreStream call: yields each batch's TextScores, in the
+        order of `batches`, as the server answers them.
+
+        Batches are sent as they are drawn from `batches` (lazily, in gRPC's own thread) while
+        earlier answers travel back, so the round trip per batch that `score` waits for is
+        overlapped: the fast way to score a big corpus from one client. `timeout` bounds the
+        whole stream. Leaving the iteration early cancels the call. A bad batch raises its
+        error (the message names its index, e.g. `requests[3].texts[5]: ...`) after the
+        answers to the batches before it were yielded."""
+        requests = _CapturingIterator(
+            req.score_request(model, batch, bos, eos, return_tokens) for batch in batches
+        )
+        call = self._stub.ScoreStream(requests, timeout=self._t(timeout))
+        try:
+            for resp in call:
+                yield _scores(resp, return_tokens)
+        except grpc.RpcError as exc:
+            if requests.error is not None:
+                raise requests.error from None
+            raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()  # a no-op when the stream already ended
+        if requests.error is not None:  # the server saw a short, valid stream
+            raise requests.error
 
     def perplexity(
         self,
@@ -364,6 +401,46 @@ class AsyncLmServeClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         return _scores(resp, return_tokens)
+
+    async def score_stream(
+        self,
+        model: str,
+        batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs],
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        return_tokens: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[list[TextScore]]:
+        """As `LmServeClient.score_stream`, from sync or async batches:
+        `async for scores in client.score_stream(model, batches)`."""
+        error: list[BaseException] = []
+
+        async def requests() -> AsyncIterator[pb.ScoreRequest]:
+            try:
+                async for batch in _aiter(batches):
+                    yield req.score_request(model, batch, bos, eos, return_tokens)
+            except Exception as exc:
+                error.append(exc)
+                raise
+
+        call = self._stub.ScoreStream(requests(), timeout=self._t(timeout))
+        try:
+            async for resp in call:
+                yield _scores(resp, return_tokens)
+        except grpc.RpcError as exc:
+            if error:
+                raise error[0] from None
+            raise from_rpc_error(exc) from None
+        except asyncio.CancelledError:
+            # gRPC cancels the call when the request iterator fails: report the cause instead.
+            if error:
+                raise error[0] from None
+            raise
+        finally:
+            call.cancel()
+        if error:
+            raise error[0]
 
     async def perplexity(
         self,

@@ -50,6 +50,11 @@ class LanguageModelServiceStub:
                 request_serializer=lmserve_dot_v1_dot_lm__service__pb2.ScoreRequest.SerializeToString,
                 response_deserializer=lmserve_dot_v1_dot_lm__service__pb2.ScoreResponse.FromString,
                 _registered_method=True)
+        self.ScoreStream = channel.stream_stream(
+                '/lmserve.v1.LanguageModelService/ScoreStream',
+                request_serializer=lmserve_dot_v1_dot_lm__service__pb2.ScoreRequest.SerializeToString,
+                response_deserializer=lmserve_dot_v1_dot_lm__service__pb2.ScoreResponse.FromString,
+                _registered_method=True)
         self.Perplexity = channel.unary_unary(
                 '/lmserve.v1.LanguageModelService/Perplexity',
                 request_serializer=lmserve_dot_v1_dot_lm__service__pb2.PerplexityRequest.SerializeToString,
@@ -103,6 +108,18 @@ class LanguageModelServiceServicer:
     def Score(self, request, context):
         """Scores a batch of texts: total log-probability, token and OOV counts, and optionally the
         per-token details.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScoreStream(self, request_iterator, context):
+        """Score for pipelines: a stream of ScoreRequests, one ScoreResponse per request in request
+        order, so a client can keep several batches in flight on one call instead of waiting a round
+        trip per batch. Each request is validated and scored exactly as Score would (each names its
+        model and options). A bad request ends the stream with INVALID_ARGUMENT or NOT_FOUND whose
+        message starts with the request's 0-based index in the stream, e.g.
+        "requests[3].texts[5]: ..."; the responses to the requests before it are delivered first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -165,6 +182,11 @@ def add_LanguageModelServiceServicer_to_server(servicer, server):
             ),
             'Score': grpc.unary_unary_rpc_method_handler(
                     servicer.Score,
+                    request_deserializer=lmserve_dot_v1_dot_lm__service__pb2.ScoreRequest.FromString,
+                    response_serializer=lmserve_dot_v1_dot_lm__service__pb2.ScoreResponse.SerializeToString,
+            ),
+            'ScoreStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ScoreStream,
                     request_deserializer=lmserve_dot_v1_dot_lm__service__pb2.ScoreRequest.FromString,
                     response_serializer=lmserve_dot_v1_dot_lm__service__pb2.ScoreResponse.SerializeToString,
             ),
@@ -279,6 +301,33 @@ class LanguageModelService:
             request,
             target,
             '/lmserve.v1.LanguageModelService/Score',
+            lmserve_dot_v1_dot_lm__service__pb2.ScoreRequest.SerializeToString,
+            lmserve_dot_v1_dot_lm__service__pb2.ScoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScoreStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/lmserve.v1.LanguageModelService/ScoreStream',
             lmserve_dot_v1_dot_lm__service__pb2.ScoreRequest.SerializeToString,
             lmserve_dot_v1_dot_lm__service__pb2.ScoreResponse.FromString,
             options,

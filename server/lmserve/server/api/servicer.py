@@ -34,7 +34,12 @@ from lmserve.server.decoding.scoring import (
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine.scheduler import GenerationLimits, SchedulerPool
 from lmserve.server.engine.sequence import FinishEvent, GenerationRequest
-from lmserve.server.errors import DeadlineExceeded, InvalidArgument, Unimplemented
+from lmserve.server.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    LmServeError,
+    Unimplemented,
+)
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry, ModelRepository
 from lmserve.v1 import lm_service_pb2 as pb
@@ -83,6 +88,23 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     async def Score(
         self, request: pb.ScoreRequest, context: aio.ServicerContext
     ) -> pb.ScoreResponse:
+        return await self._score_request(request)
+
+    async def ScoreStream(
+        self, request_iterator: AsyncIterator[pb.ScoreRequest], context: aio.ServicerContext
+    ) -> AsyncIterator[pb.ScoreResponse]:
+        """Score per message, answered in order; a failure names the request's index."""
+        index = 0
+        async for request in request_iterator:
+            try:
+                response = await self._score_request(request)
+            except LmServeError as exc:
+                raise _in_stream(index, exc) from None
+            yield response
+            index += 1
+
+    async def _score_request(self, request: pb.ScoreRequest) -> pb.ScoreResponse:
+        """One Score request, validated, scored and converted (Score and ScoreStream)."""
         entry = self._ready(request.model)
         batch = validate_batch(request, self._limits)
         options = validate_options(request)
@@ -275,6 +297,16 @@ def _check_same_stream(
         )
     if message.HasField("options") and message.options != first_options:
         raise InvalidArgument("options", "changed mid-stream; later messages must repeat them")
+
+
+def _in_stream(index: int, exc: LmServeError) -> LmServeError:
+    """The error of a stream's request `index`, its message led by `requests[index]` so the
+    caller knows which of its requests failed (same exception type, same status code)."""
+    where = f"requests[{index}]"
+    if isinstance(exc, InvalidArgument):
+        return InvalidArgument(f"{where}.{exc.field}", exc.problem)
+    exc.args = (f"{where}: {exc}",)  # subclasses' constructors differ; keep the instance
+    return exc
 
 
 def _ended_by_deadline(event: object, deadline: float | None) -> bool:
