@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lmserve.server.api import wire
 from lmserve.server.decoding.scoring import PerplexityStats, ScoredTexts, TokenDetails
 from lmserve.server.registry.manifest import ModelFormat, ModelKind
 from lmserve.server.registry.repository import ModelEntry, ModelState
@@ -95,9 +96,16 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
 def score_response(model: str, scored: ScoredTexts) -> pb.ScoreResponse:
     """One TextScore per text; per-token details only when they were computed.
 
-    Results are appended in place with `results.add`, about twice as fast as building a list of
-    TextScore messages and copying it in (this runs for every text of every Score request)."""
+    This runs for every text of every Score request. Totals alone are packed as wire bytes and
+    parsed in one call (`wire.packed_text_scores`, ~4x cheaper); otherwise results are appended
+    in place with `results.add`, about twice as fast as building a list of TextScore messages
+    and copying it in."""
     response = pb.ScoreResponse(model=model)
+    if scored.details is None:
+        packed = wire.packed_text_scores(scored.log_probs, scored.token_counts, scored.oov_counts)
+        if packed is not None:
+            response.MergeFromString(packed)
+            return response
     add = response.results.add
     totals = zip(
         scored.log_probs.tolist(),
