@@ -148,3 +148,11 @@ def test_perplexity_of_nothing_is_nan() -> None:
     assert math.isnan(perplexity(0.0, 0))
     assert math.isnan(PerplexityAccumulator().result().perplexity)
     assert math.isnan(PerplexityAccumulator().result().perplexity_per_word)
+
+
+def test_oov_counts_per_text_with_empty_texts_between(scorer: Scorer) -> None:
+    texts = ["", "zz a yy", "", "", "b", "xx", "a b", ""]
+    scored = scorer.score_texts(texts, ScoreOptions())
+    assert scored.oov_counts.tolist() == [0, 2, 0, 0, 0, 1, 0, 0]
+    assert scored.oov_counts.dtype == np.int64
+    assert scorer.score_texts(["a", "", "b"], ScoreOptions()).oov_counts.tolist() == [0, 0, 0]
