@@ -93,7 +93,7 @@ class ServingInterceptor(aio.ServerInterceptor):
         holder = [""]
         _call_model.set(holder)
         started = time.perf_counter()
-        inflight = self._metrics.inflight.labels(method=method)
+        inflight = self._metrics.inflight_of(method)
         inflight.inc()
         code = grpc.StatusCode.OK
         try:
@@ -125,11 +125,7 @@ class ServingInterceptor(aio.ServerInterceptor):
         return wrapped
 
     def _record(self, method: str, model: str, code: grpc.StatusCode, started: float) -> None:
-        metrics = self._metrics
-        metrics.requests.labels(method=method, model=model, code=code.name).inc()
-        metrics.request_duration.labels(method=method, model=model).observe(
-            time.perf_counter() - started
-        )
+        self._metrics.record_request(method, model, code.name, time.perf_counter() - started)
 
 
 def _check_deadline(context: aio.ServicerContext) -> None:
