@@ -9,7 +9,10 @@ import pytest
 
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.sampling import (
+    DRAW_BLOCK,
     SequenceSampler,
+    _draw,
+    _draw_full,
     filtered_probs,
     process_logits,
     request_generators,
@@ -75,6 +78,48 @@ def test_candidate_cut_equals_a_full_sort(params: SamplingParams) -> None:
         x = sample_next(logits, a, eos_id=EOS, bos_id=BOS, candidates=4).token_ids
         y = sample_next(logits, b, eos_id=EOS, bos_id=BOS, candidates=500).token_ids
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("vocab", [5, DRAW_BLOCK, 3 * DRAW_BLOCK + 17])
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_two_level_draw_equals_the_full_cumulative_draw(vocab: int, temperature: float) -> None:
+    # The whole-vocabulary draw (block sums, then one block) picks exactly the token a cumsum
+    # over the whole row picks, for the same uniforms; banned (-inf) tokens and a row's last
+    # tokens included.
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(size=(400, vocab)) * 3
+    logits[:, rng.integers(0, vocab, 3)] = -np.inf
+    logits[::7, -1] = 8.0  # mass at the very end (the padded last block)
+    uniforms = 1.0 - rng.random(400)
+    uniforms[:3] = 1.0  # the top of the CDF
+    inv = np.full(400, 1.0 / temperature)
+    expected = _draw(np.exp((logits - logits.max(axis=1, keepdims=True)) * inv[:, None]), uniforms)
+    np.testing.assert_array_equal(_draw_full(logits, inv, uniforms), expected)
+    assert np.isfinite(logits[np.arange(400), expected]).all()
+
+
+def test_plain_sampling_frequencies_over_a_multi_block_vocabulary() -> None:
+    # Chi-square goodness of fit of untruncated sampling from float32 log-probs (the model's
+    # precision) over 3 blocks; tokens grouped into 10 bins of equal expected mass (df = 9,
+    # 0.001 critical value 27.88). Fixed seed: deterministic.
+    vocab = 2 * DRAW_BLOCK + 50
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=vocab) * 1.5
+    lp = (x - np.log(np.exp(x).sum())).astype(np.float32)
+    params = SamplingParams(temperature=0.8, seed=11)
+    expected = _dense(params, np.where(np.arange(vocab) == BOS, -np.inf, lp.astype(np.float64)))
+    rows = [SequenceSampler(params, g) for g in request_generators(params.seed, 500)]
+    batch = np.repeat(lp[None, :], len(rows), axis=0)
+    draws = np.concatenate(
+        [sample_next(batch, rows, eos_id=EOS, bos_id=BOS).token_ids for _ in range(40)]
+    )
+    assert BOS not in draws
+    edges = np.searchsorted(np.cumsum(expected), np.linspace(0, 1, 11)[1:-1])
+    observed = np.bincount(np.searchsorted(edges, draws, side="right"), minlength=10)
+    mass = np.add.reduceat(expected, np.concatenate([[0], edges]))
+    n = len(draws)
+    chi2 = float((((observed - n * mass) ** 2) / (n * mass)).sum())
+    assert chi2 < 27.88, (observed, n * mass)
 
 
 def test_penalties_against_hand_computation() -> None:

@@ -90,7 +90,8 @@ class RecurrentStepper:
     def step(self, tokens: npt.ArrayLike, state: RecurrentState) -> tuple[FloatArray, State]:
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
         log_probs, new_state = self.backend.step(ids, state)
-        return np.asarray(log_probs[:, 0, :], dtype=np.float64), new_state
+        # The model's own precision (float32): sampling copies it once anyway.
+        return np.ascontiguousarray(log_probs[:, 0, :]), new_state
 
     def prefill(
         self, prompts: Sequence[Sequence[int]], *, bos: bool = True

@@ -24,8 +24,10 @@ one token per row in these steps (the order of the proto's `SamplingParams`):
 Cost: a full sort of a 12k vocabulary costs ~0.45 ms a row, more than a model step at batch 64.
 Truncating rows therefore first cut to a candidate set with `np.argpartition` (the
 `candidates` most probable, at least top_k), sort only those, and fall back to a full sort for
-the rare row whose nucleus (or typical set) does not fit. Rows without truncation sample straight
-from the full cumulative sum, and greedy rows only take an argmax.
+the rare row whose nucleus (or typical set) does not fit. Rows without truncation draw from the
+whole distribution in two levels (block sums, then one block: `_draw_full`), in the model's
+float32, with no full-vocabulary copy in float64; greedy rows only take an argmax. At batch 32
+over 10k tokens that took a step's sampling from 22 ms to 1.2 ms.
 
 Reproducibility: each sequence owns a `numpy.random.Generator`, seeded from (request seed, sample
 index) (`request_generators`), and draws exactly one uniform per sampled step, so a seed gives the
@@ -40,6 +42,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +52,12 @@ from lmserve.server.decoding.params import SamplingParams
 
 IdArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+# Logits as sampling holds them: the model's float32 (or float64) log-probs, copied once.
+LogitArray = npt.NDArray[np.floating[Any]]
 DEFAULT_CANDIDATES = 256
+# The whole-vocabulary draw finds its token in two levels: blocks of this many tokens, then
+# the token inside the chosen block (see `_draw_full`).
+DRAW_BLOCK = 128
 
 
 def request_generators(seed: int | None, n: int) -> list[np.random.Generator]:
@@ -153,14 +161,15 @@ class SampleOutput:
 
 def process_logits(
     log_probs: npt.ArrayLike, rows: Sequence[SequenceSampler], *, eos_id: int, bos_id: int
-) -> FloatArray:
-    """Steps 1-2: penalties and bans -> a float64 copy [B, V] (-inf for banned ids).
+) -> LogitArray:
+    """Steps 1-2: penalties and bans -> a copy [B, V] (-inf for banned ids), float32 when the
+    model gave float32 (half the memory traffic of every later pass), else float64.
 
     A row whose every token ended up banned falls back to the model's distribution minus `<s>`
     (a no-repeat constraint that cannot be met is dropped rather than failing the request).
     """
-    source = np.asarray(log_probs, dtype=np.float64)
-    logits = np.array(source, dtype=np.float64)
+    source = np.asarray(log_probs)
+    logits: LogitArray = np.array(source, dtype=np.result_type(source.dtype, np.float32))
     for i, row in enumerate(rows):
         if row.params.penalised:
             row.apply_penalties(logits[i])
@@ -173,7 +182,7 @@ def process_logits(
 
 
 def _truncate(
-    logits: FloatArray, params: Sequence[SamplingParams], candidates: int
+    logits: LogitArray, params: Sequence[SamplingParams], candidates: int
 ) -> tuple[IdArray, FloatArray, BoolArray]:
     """Step 5 on tempered logits [S, V]: candidate ids [S, C] (most probable first), their kept
     probabilities [S, C] (0 where a filter dropped them; not renormalised), and whether the row
@@ -232,45 +241,83 @@ def _truncate(
     return cand, probs * keep, complete
 
 
-def _draw(weights: FloatArray, uniforms: FloatArray) -> IdArray:
+def _draw(weights: LogitArray, uniforms: FloatArray) -> IdArray:
     """Inverse CDF per row: the first index whose cumulative weight reaches u * total, u in
     (0, 1]; zero-weight entries are never chosen."""
-    cum = np.cumsum(weights, axis=1)
+    cum = np.cumsum(weights, axis=1, dtype=np.float64)
     target = uniforms[:, None] * cum[:, -1:]
     index = (cum < target).sum(axis=1)
     return np.minimum(index, weights.shape[1] - 1).astype(np.int64)
 
 
+def _draw_full(logits: LogitArray, inv_temps: FloatArray, uniforms: FloatArray) -> IdArray:
+    """Inverse CDF over each row's whole tempered distribution, with no sort and no cumulative
+    sum over the vocabulary: the first token whose cumulative weight reaches u * total, u in
+    (0, 1], as `_draw` chooses, zero-weight tokens never.
+
+    The weights exp((x - max) / T) are computed in place in the logits' precision (float32 for
+    neural models: numpy's SIMD exp). The draw then goes in two levels, summing in float64:
+    block sums of DRAW_BLOCK tokens pick the block holding the target, and a cumulative sum over
+    that block alone picks the token. A full-vocabulary cumsum per row (and its float64 copy)
+    cost several times the model step at batch 32; this costs about one pass over the logits.
+    """
+    s, v = logits.shape
+    pad = (-v) % DRAW_BLOCK
+    weights = np.zeros((s, v + pad), dtype=logits.dtype)  # the padding keeps weight 0
+    body = weights[:, :v]
+    np.subtract(logits, logits.max(axis=1, keepdims=True), out=body)
+    if np.any(inv_temps != 1.0):
+        body *= inv_temps.astype(logits.dtype)[:, None]
+    np.exp(body, out=body)
+    blocks = weights.reshape(s, -1, DRAW_BLOCK)
+    block_sums = blocks.sum(axis=2, dtype=np.float64)
+    cumulative = np.cumsum(block_sums, axis=1)
+    target = uniforms * cumulative[:, -1]
+    rows = np.arange(s)
+    # First block whose cumulative sum reaches the target; it has weight (the sum rose there).
+    block = np.minimum((cumulative < target[:, None]).sum(axis=1), blocks.shape[1] - 1)
+    inner = blocks[rows, block]  # [S, DRAW_BLOCK]
+    before = cumulative[rows, block] - block_sums[rows, block]
+    inner_cum = np.cumsum(inner, axis=1, dtype=np.float64) + before[:, None]
+    index = (inner_cum < target[:, None]).sum(axis=1)
+    # Rounding can leave the block's own running sum a hair under its block sum: never step
+    # past the block's last token with weight.
+    last = DRAW_BLOCK - 1 - np.argmax(inner[:, ::-1] > 0, axis=1)
+    token: IdArray = (block * DRAW_BLOCK + np.minimum(index, last)).astype(np.int64)
+    return token
+
+
 def _sample_rows(
-    logits: FloatArray,
+    logits: LogitArray,
     params: Sequence[SamplingParams],
     uniforms: FloatArray,
     candidates: int,
 ) -> IdArray:
-    """Steps 4-6 for non-greedy rows: tempered logits -> chosen ids [S]."""
+    """Steps 4-6 for non-greedy rows: logits -> chosen ids [S]."""
     temps = np.array([p.temperature for p in params])
-    tempered = logits / temps[:, None]
     out = np.empty(len(params), dtype=np.int64)
     trunc = np.array([p.truncates for p in params], dtype=bool)
     plain = np.flatnonzero(~trunc)
-    if len(plain):  # no filter: the full distribution's CDF, no sort at all
-        x = tempered[plain]
-        w = np.exp(x - x.max(axis=1, keepdims=True))
-        out[plain] = _draw(w, uniforms[plain])
+    if len(plain) == len(params):  # the common case: no filter, the whole distribution
+        return _draw_full(logits, 1.0 / temps, uniforms)
+    if len(plain):
+        out[plain] = _draw_full(logits[plain], 1.0 / temps[plain], uniforms[plain])
     rows = np.flatnonzero(trunc)
-    if len(rows):
-        # Cut to the candidates; rows whose nucleus (or typical set) did not fit try again with
-        # 8x as many, up to the whole vocabulary (always decided).
-        width = candidates
-        while len(rows):
-            sub = [params[i] for i in rows.tolist()]
-            cand, w, complete = _truncate(tempered[rows], sub, width)
-            done = np.flatnonzero(complete)
-            if len(done):
-                picks = _draw(w[done], uniforms[rows[done]])
-                out[rows[done]] = np.take_along_axis(cand[done], picks[:, None], axis=1)[:, 0]
-            rows = rows[~complete]
-            width = min(width * 8, logits.shape[1])
+    tempered = logits[rows] / temps[rows, None].astype(logits.dtype)
+    # Cut to the candidates; rows whose nucleus (or typical set) did not fit try again with
+    # 8x as many, up to the whole vocabulary (always decided).
+    width = candidates
+    pending = np.arange(len(rows))
+    while len(pending):
+        sub = [params[i] for i in rows[pending].tolist()]
+        cand, w, complete = _truncate(tempered[pending], sub, width)
+        done = np.flatnonzero(complete)
+        if len(done):
+            picks = _draw(w[done], uniforms[rows[pending[done]]])
+            chosen = np.take_along_axis(cand[done], picks[:, None], axis=1)[:, 0]
+            out[rows[pending[done]]] = chosen
+        pending = pending[~complete]
+        width = min(width * 8, logits.shape[1])
     return out
 
 
@@ -295,8 +342,8 @@ def filtered_probs(
     return out / out.sum(axis=1, keepdims=True)
 
 
-def top_alternatives(log_probs: FloatArray, k: int) -> tuple[IdArray, FloatArray]:
-    """The k most probable ids per row, best first, and their log-probs: [B, k] each."""
+def top_alternatives(log_probs: LogitArray, k: int) -> tuple[IdArray, FloatArray]:
+    """The k most probable ids per row, best first, and their log-probs (float64): [B, k]."""
     v = log_probs.shape[1]
     k = min(k, v)
     if k < v:
@@ -305,7 +352,8 @@ def top_alternatives(log_probs: FloatArray, k: int) -> tuple[IdArray, FloatArray
         part = np.broadcast_to(np.arange(v), log_probs.shape)
     values = np.take_along_axis(log_probs, part, axis=1)
     order = np.argsort(-values, axis=1, kind="stable")
-    return np.take_along_axis(part, order, axis=1), np.take_along_axis(values, order, axis=1)
+    best = np.take_along_axis(values, order, axis=1).astype(np.float64, copy=False)
+    return np.take_along_axis(part, order, axis=1), best
 
 
 def sample_next(
@@ -322,7 +370,7 @@ def sample_next(
     `top_logprobs`: how many alternatives to report per row (the largest any row asked for;
     callers slice). Rows are independent: each uses only its own parameters and generator.
     """
-    source = np.asarray(log_probs, dtype=np.float64)
+    source = np.asarray(log_probs)
     if source.ndim != 2 or source.shape[0] != len(rows):
         raise ValueError(f"log_probs {source.shape} for {len(rows)} rows")
     logits = process_logits(source, rows, eos_id=eos_id, bos_id=bos_id)
@@ -340,7 +388,7 @@ def sample_next(
         )
     for row, token in zip(rows, chosen.tolist(), strict=True):
         row.append(token)
-    chosen_lp = source[np.arange(len(rows)), chosen]
+    chosen_lp = source[np.arange(len(rows)), chosen].astype(np.float64)
     if top_logprobs > 0:
         top_ids, top_lp = top_alternatives(source, top_logprobs)
         return SampleOutput(chosen, chosen_lp, top_ids, top_lp)
