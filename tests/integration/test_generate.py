@@ -22,6 +22,7 @@ from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.registry.manifest import ModelManifest, write_manifest
 from lmserve.server.settings import load_settings
+from lmserve.v1 import lm_service_pb2 as pb
 
 BIGRAM_ARPA = """\\data\\
 ngram 1=8
@@ -189,6 +190,34 @@ def test_n_samples_each_finish_and_differ(client: LmServeClient) -> None:
     assert all(f.reason == "length" for f in finished)
 
 
+def test_stream_interval_groups_steps_into_messages(server: BackgroundServer) -> None:
+    # The raw stub, to see the messages themselves: 10 tokens, 4 steps a message -> 4 + 4 + 2,
+    # the sample's end riding on the last; the same tokens as a message per step.
+    from lmserve.client import _requests as req
+
+    def messages(interval: int, n: int = 1) -> list[pb.GenerateResponse]:
+        request = req.generate_request(
+            "lstm", "", max_new_tokens=10, seed=8, ignore_eos=True, n=n,
+            stream_interval=interval,
+        )  # fmt: skip
+        with LmServeClient(server.address, timeout=20) as c:
+            return list(c.stub.Generate(request, timeout=20))
+
+    grouped, single = messages(4), messages(1)
+    assert [len(m.tokens) for m in grouped] == [4, 4, 2]
+    assert [m.HasField("finished") for m in grouped] == [False, False, True]
+    assert [len(m.tokens) for m in single] == [1] * 10
+
+    def ids(ms: list[pb.GenerateResponse]) -> list[int]:
+        return [t.token_id for m in ms for t in m.tokens]
+
+    assert ids(grouped) == ids(single)
+    # n samples: a step's tokens (one per sample) travel in one message.
+    two = messages(1, n=2)
+    assert [len(m.tokens) for m in two[:9]] == [2] * 9
+    assert sum(m.HasField("finished") for m in two) == 2
+
+
 def test_stop_strings_are_trimmed(client: LmServeClient) -> None:
     # Greedy from <s>: "the cat sat on the cat ..."; stop at "sat on".
     events = list(client.generate("bigram", max_new_tokens=10, temperature=0.0, stop=["sat on"]))
@@ -267,6 +296,7 @@ def test_a_full_queue_answers_resource_exhausted(server: BackgroundServer) -> No
         ({"top_logprobs": 1000}, "top_logprobs"),
         ({"stop": [""]}, "stopping.stop"),
         ({"prompt": [999]}, "prompt_token_ids[0]"),
+        ({"stream_interval": -1}, "stream_interval"),
     ],
 )
 def test_invalid_parameters_name_the_field(

@@ -333,10 +333,10 @@ def test_generated_text_is_the_codecs_decoding_of_the_generated_tokens(
     )
     ids, pieces, final = [], [], None
     for message in stub.Generate(request, timeout=30):
-        if message.HasField("token"):
-            ids.append(message.token.token_id)
-            pieces.append(message.token.text)
-        else:
+        for token in message.tokens:
+            ids.append(token.token_id)
+            pieces.append(token.text)
+        if message.HasField("finished"):
             final = message.finished
     assert final is not None and len(ids) == 12
     expected = model.codec.decode(ids)

@@ -96,6 +96,7 @@ def generate_request(
     n: int = 1,
     logprobs: bool = False,
     top_logprobs: int = 0,
+    stream_interval: int = 1,
 ) -> pb.GenerateRequest:
     """A GenerateRequest; a prompt string is tokenized by the server, a list of ints is ids.
     Sampling options left as None stay absent (the server's documented defaults apply)."""
@@ -127,6 +128,7 @@ def generate_request(
         n=n,
         logprobs=logprobs,
         top_logprobs=top_logprobs,
+        stream_interval=stream_interval,
     )
     if isinstance(prompt, str):
         request.prompt = prompt
@@ -178,7 +180,11 @@ def beam_search_request(
     return request
 
 
-def generation_event(resp: pb.GenerateResponse) -> GeneratedToken | GenerationFinished:
-    if resp.WhichOneof("event") == "token":
-        return GeneratedToken.from_proto(resp.token)
-    return GenerationFinished.from_proto(resp.finished)
+def generation_events(resp: pb.GenerateResponse) -> list[GeneratedToken | GenerationFinished]:
+    """A stream message's events in order: its tokens, then the sample end it carries."""
+    events: list[GeneratedToken | GenerationFinished] = [
+        GeneratedToken.from_proto(t) for t in resp.tokens
+    ]
+    if resp.HasField("finished"):
+        events.append(GenerationFinished.from_proto(resp.finished))
+    return events

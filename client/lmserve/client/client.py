@@ -265,7 +265,7 @@ class LmServeClient:
         call = self._stub.Generate(request, timeout=self._t(timeout))
         try:
             for resp in call:
-                yield req.generation_event(resp)
+                yield from req.generation_events(resp)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         finally:
@@ -507,7 +507,8 @@ class AsyncLmServeClient:
         call = self._stub.Generate(request, timeout=self._t(timeout))
         try:
             async for resp in call:
-                yield req.generation_event(resp)
+                for event in req.generation_events(resp):
+                    yield event
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         finally:

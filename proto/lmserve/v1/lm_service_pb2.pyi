@@ -380,7 +380,7 @@ class StoppingCriteria(_message.Message):
     def __init__(self, max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "prompt_token_ids", "sampling", "stopping", "n", "logprobs", "top_logprobs")
+    __slots__ = ("model", "prompt", "prompt_token_ids", "sampling", "stopping", "n", "logprobs", "top_logprobs", "stream_interval")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -389,6 +389,7 @@ class GenerateRequest(_message.Message):
     N_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -397,7 +398,8 @@ class GenerateRequest(_message.Message):
     n: int
     logprobs: bool
     top_logprobs: int
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingCriteria, _Mapping]] = ..., n: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
+    stream_interval: int
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingCriteria, _Mapping]] = ..., n: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., stream_interval: _Optional[int] = ...) -> None: ...
 
 class TokenLogProb(_message.Message):
     __slots__ = ("token_id", "text", "log_prob")
@@ -452,12 +454,12 @@ class GenerationFinished(_message.Message):
     def __init__(self, sample_index: _Optional[int] = ..., reason: _Optional[_Union[FinishReason, str]] = ..., text: _Optional[str] = ..., log_prob: _Optional[float] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("token", "finished")
-    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("tokens", "finished")
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
-    token: GeneratedToken
+    tokens: _containers.RepeatedCompositeFieldContainer[GeneratedToken]
     finished: GenerationFinished
-    def __init__(self, token: _Optional[_Union[GeneratedToken, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ...) -> None: ...
+    def __init__(self, tokens: _Optional[_Iterable[_Union[GeneratedToken, _Mapping]]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ...) -> None: ...
 
 class BeamSearchRequest(_message.Message):
     __slots__ = ("model", "prompt", "prompt_token_ids", "beam_width", "num_return", "length_penalty", "length_penalty_alpha", "min_length", "max_length", "early_stopping", "no_repeat_ngram_size", "stop_token_ids")

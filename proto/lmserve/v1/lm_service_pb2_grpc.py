@@ -140,7 +140,8 @@ class LanguageModelServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Generate(self, request, context):
-        """Generates continuations of a prompt, one message per token as it is produced.
+        """Generates continuations of a prompt, streaming each token as it is produced (one message
+        per step, or per `stream_interval` steps).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

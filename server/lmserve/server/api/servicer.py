@@ -168,11 +168,12 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         stream = scheduler.submit(GenerationRequest(prompt, params, deadline))
         words, logprobs, top = vocab.words, params.logprobs, params.top_logprobs
         try:
-            async for event in stream:
-                if _ended_by_deadline(event, deadline):
+            async for events in stream.batches():
+                if any(_ended_by_deadline(event, deadline) for event in events):
                     # The scheduler freed the slot at the deadline; the call itself failed.
                     raise DeadlineExceeded("Generate did not finish before the deadline")
-                yield generation.generate_response(event, words, logprobs, top)
+                for message in generation.generate_responses(events, words, logprobs, top):
+                    yield message
         finally:
             stream.cancel()  # no-op when finished; frees the slots of a client that left
 

@@ -188,10 +188,13 @@ class GenerateParams:
     n: int = 1
     logprobs: bool = False
     top_logprobs: int = 0
+    # Steps whose tokens travel in one stream message (1: every step, the lowest latency).
+    stream_interval: int = 1
 
     def __post_init__(self) -> None:
         _int_at_least("n", self.n, 1)
         _int_at_least("top_logprobs", self.top_logprobs, 0)
+        _int_at_least("stream_interval", self.stream_interval, 1)
 
     def validate(
         self,

@@ -318,7 +318,7 @@ class GenerationScheduler:
     ) -> tuple[npt.NDArray[Any] | None, Any]:
         """Keeps rows `keep` of the batch, posts `events`, updates the gauge."""
         if events:
-            self._post(list(events.items()))
+            self._post_events(events)
         if len(keep) == len(self.active):
             return log_probs, state
         self.active = [self.active[i] for i in keep]
@@ -330,6 +330,17 @@ class GenerationScheduler:
         return kept_lp, self.stepper.select(state, np.asarray(rows, dtype=np.int64))
 
     # -- hand-over to the event loop -------------------------------------------------------
+
+    def _post_events(self, events: dict[GenerationStream, list[Event]]) -> None:
+        """Posts each stream's events once its `stream_interval` steps have gathered (at once
+        when a sample ended); fewer messages for streams that asked for them."""
+        ready: list[tuple[GenerationStream, list[Event] | BaseException]] = []
+        for stream, new in events.items():
+            held = stream.hold(new)
+            if held:
+                ready.append((stream, held))
+        if ready:
+            self._post(ready)
 
     def _post(self, items: list[tuple[GenerationStream, list[Event] | BaseException]]) -> None:
         loop = self._loop
@@ -352,7 +363,10 @@ class GenerationScheduler:
             by_stream.setdefault(seq.stream, []).append(
                 seq.finish_event(FinishReason.CANCELLED, bridge.final_text(seq.decoder), now)
             )
-        items.extend(by_stream.items())
+        for stream, new in by_stream.items():
+            held = stream.hold(new)  # always handed over: it ends samples
+            if held:
+                items.append((stream, held))
         with self._cond:
             waiting, self._waiting = list(self._waiting), deque()
         items.extend((s, Overloaded("the server is shutting down")) for s in waiting)

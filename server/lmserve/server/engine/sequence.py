@@ -79,24 +79,45 @@ class GenerationStream:
         self._unfinished = samples
         # Read by the scheduler thread between steps: a plain bool is enough (GIL-atomic).
         self.cancelled = False
+        # Scheduler thread only: events held back until `stream_interval` steps gathered.
+        self._interval: int = request.params.stream_interval
+        self._held: list[Event] = []
+        self._held_steps = 0
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    def hold(self, events: list[Event]) -> list[Event] | None:
+        """Scheduler thread: adds one step's events; returns everything held once
+        `stream_interval` steps have gathered or a sample ended (else None: keep holding)."""
+        self._held.extend(events)
+        self._held_steps += 1
+        if self._held_steps < self._interval and not any(
+            isinstance(e, FinishEvent) for e in events
+        ):
+            return None
+        out, self._held, self._held_steps = self._held, [], 0
+        return out
 
     def _put(self, item: list[Event] | BaseException) -> None:
         """Called on the event loop (the scheduler thread posts with call_soon_threadsafe)."""
         self._queue.put_nowait(item)
 
-    async def __aiter__(self) -> AsyncIterator[Event]:
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        """The events as the scheduler hands them over: a step's (or `stream_interval`
+        steps') worth at a time, in order. Raises what failed the request."""
         try:
             while self._unfinished > 0:
                 item = await self._queue.get()
                 if isinstance(item, BaseException):
                     raise item
-                for event in item:
-                    if isinstance(event, FinishEvent):
-                        self._unfinished -= 1
-                    yield event
+                self._unfinished -= sum(isinstance(e, FinishEvent) for e in item)
+                yield item
         finally:
             if self._unfinished > 0:  # the consumer left early (client gone, error)
                 self.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        async for batch in self.batches():
+            for event in batch:
+                yield event
