@@ -185,6 +185,28 @@ def test_wordindex_equals_python_encoding() -> None:
         np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
 
 
+def test_wordindex_words_around_the_inline_length() -> None:
+    # Words of up to 8 bytes are matched by their slot alone, longer ones by their bytes; a word
+    # is read with one 8-byte load when the text goes on, byte by byte at its end.
+    stems = ["x" * n for n in range(1, 20)] + ["ab\x00", "\x00", "é" * 4, "漢" * 3, "\x7f" * 8]
+    rng = random.Random(3)
+    extra = [
+        "".join(rng.choice("abcdefgh") for _ in range(rng.randrange(1, 14))) for _ in range(3000)
+    ]
+    words = ["<unk>", "<s>", "</s>", *stems, *sorted(set(extra) - set(stems))]
+    vocab = Vocabulary.from_words(words)
+    index = wordindex_module.WordIndex(list(vocab.words), vocab.unk_id)
+    near = [w[:-1] + chr(ord(w[-1]) + 1) for w in stems] + [w + "x" for w in stems] + ["ab", "a"]
+    probes = stems + near + [w[:-1] for w in stems if len(w) > 1] + extra[:500]
+    texts = [" ".join(probes[i : i + 7]) for i in range(len(probes))] + probes
+    ids, offsets, oov = index.encode(texts)
+    want = _reference_encode(texts, vocab)
+    np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
+    np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
+    np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
+    assert 0 < int(want.oov.sum()) < len(want.oov)  # both hits and misses were looked up
+
+
 def test_wordindex_kenlm_whitespace_only() -> None:
     index = wordindex_module.WordIndex(["<unk>", "a", "b"], 0)
     ids, offsets, oov = index.encode(["a\u00a0b a\tb\x0b\x0cb\r\n", "", "   ", "<unk> c"])

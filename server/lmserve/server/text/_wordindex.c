@@ -11,6 +11,12 @@
  *     oov      uint8 per word: 1 for unknown words and for the literal unknown-word token
  *              (KenLM counts `<unk>` in the text as an OOV too)
  *
+ * The table's slots are 16 bytes (half a megabyte for a vocabulary of tens of thousands of
+ * words) and a word of at most 8 bytes, most words, is stored in its slot as an integer: one
+ * slot read and one compare find it, with no second read of its bytes elsewhere. Words are split
+ * a window at a time, their slots prefetched, then looked up: after a request's scoring has
+ * evicted the table from the cache, the misses of a window overlap.
+ *
  * Strings are read through PyUnicode_AsUTF8AndSize (zero-copy for ASCII strings); the GIL is
  * released while splitting and hashing, over a private tuple of the texts so that nothing the
  * loop reads can be freed meanwhile.
@@ -39,10 +45,29 @@ init_spaces(void)
     kSpace[(unsigned char)'\r'] = 1;
 }
 
-/* A 64-bit hash of a byte string: 8 bytes at a time, multiply-xorshift mixing (in the spirit of
- * wyhash/murmur finalisers). Any decent hash works: a hit is confirmed by comparing the bytes. */
+/* The n < 8 bytes at p as a little-endian integer (zero above them). A word inside a text is
+ * read with one 8-byte load and a mask when 8 bytes lie before `limit` (the end of the buffer):
+ * copying n bytes into a variable and loading it whole stalls the CPU (the load cannot be
+ * forwarded from the smaller stores), which cost a third of the encoding time. */
 static inline uint64_t
-hash_bytes(const char *p, size_t n)
+load_tail(const char *p, size_t n, const char *limit)
+{
+    uint64_t v = 0;
+    if (limit - p >= 8) {
+        memcpy(&v, p, 8);
+        return v & ((1ULL << (8 * n)) - 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+    }
+    return v;
+}
+
+/* A 64-bit hash of the byte string p[0:n] (readable up to `limit`): 8 bytes at a time,
+ * multiply-xorshift mixing (in the spirit of wyhash/murmur finalisers). Any decent hash works:
+ * a hit is confirmed by comparing the bytes. */
+static inline uint64_t
+hash_bytes(const char *p, size_t n, const char *limit)
 {
     const uint64_t m = 0x9E3779B97F4A7C15ULL;
     uint64_t h = 0xCBF29CE484222325ULL ^ (n * m);
@@ -55,9 +80,7 @@ hash_bytes(const char *p, size_t n)
         n -= 8;
     }
     if (n) {
-        uint64_t chunk = 0;
-        memcpy(&chunk, p, n);
-        h = (h ^ chunk) * m;
+        h = (h ^ load_tail(p, n, limit)) * m;
         h ^= h >> 29;
     }
     h *= 0xBF58476D1CE4E5B9ULL;
@@ -65,33 +88,63 @@ hash_bytes(const char *p, size_t n)
     return h;
 }
 
+/* Words of at most this many bytes are stored in their slot itself (`Slot.key`). */
+#define INLINE_BYTES 8
+
+/* A word's key: for a word of at most INLINE_BYTES bytes, the bytes themselves as an integer
+ * (compared together with the length, so "a" and "a\0" differ); for a longer one, its hash. */
+static inline uint64_t
+word_key(const char *p, size_t n, const char *limit)
+{
+    if (n < INLINE_BYTES) {
+        return load_tail(p, n, limit);
+    }
+    if (n == INLINE_BYTES) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    return hash_bytes(p, n, limit);
+}
+
+/* The home slot of a key (mixed: an inline key is raw bytes). */
+static inline size_t
+home_slot(uint64_t key, size_t mask)
+{
+    key *= 0xBF58476D1CE4E5B9ULL;
+    return (size_t)(key ^ (key >> 31)) & mask;
+}
+
+/* 16 bytes, so that a vocabulary of tens of thousands of words takes half a megabyte. */
 typedef struct {
-    uint64_t hash;
-    Py_ssize_t start; /* offset of the word in the byte pool; -1 for an empty slot */
-    Py_ssize_t len;
-    int32_t id;
+    uint64_t key;
+    int32_t id;   /* -1 for an empty slot */
+    uint32_t len; /* the word's length in bytes */
 } Slot;
 
 typedef struct {
     PyObject_HEAD
     Slot *slots;
-    size_t mask; /* capacity - 1 (capacity a power of two) */
-    char *pool;  /* every word's UTF-8 bytes, back to back */
+    size_t mask;       /* capacity - 1 (capacity a power of two) */
+    char *pool;        /* every word's UTF-8 bytes, back to back */
+    Py_ssize_t *start; /* per id: where its bytes begin in the pool (for words past INLINE_BYTES) */
     Py_ssize_t n_words;
     int32_t unk_id;
 } WordIndexObject;
 
-/* The id of the word p[0:n], or -1. */
+/* The id of the word p[0:n] with key `key`, or -1. A short word is settled by its slot alone;
+ * a long one also compares its bytes. */
 static inline int32_t
-find(const WordIndexObject *self, const char *p, Py_ssize_t n, uint64_t h)
+find(const WordIndexObject *self, const char *p, size_t n, uint64_t key)
 {
-    size_t i = (size_t)h & self->mask;
+    size_t i = home_slot(key, self->mask);
     for (;;) {
         const Slot *s = &self->slots[i];
-        if (s->start < 0) {
+        if (s->id < 0) {
             return -1;
         }
-        if (s->hash == h && s->len == n && memcmp(self->pool + s->start, p, (size_t)n) == 0) {
+        if (s->key == key && s->len == n &&
+            (n <= INLINE_BYTES || memcmp(self->pool + self->start[s->id], p, n) == 0)) {
             return s->id;
         }
         i = (i + 1) & self->mask;
@@ -103,6 +156,7 @@ WordIndex_dealloc(WordIndexObject *self)
 {
     PyMem_Free(self->slots);
     PyMem_Free(self->pool);
+    PyMem_Free(self->start);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -145,6 +199,10 @@ WordIndex_init(WordIndexObject *self, PyObject *args, PyObject *kwds)
         if (!PyUnicode_AsUTF8AndSize(w, &len)) {
             goto done;
         }
+        if ((size_t)len > UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "words[%zd] is too long", i);
+            goto done;
+        }
         pool_size += len;
     }
     size_t capacity = 16;
@@ -153,29 +211,31 @@ WordIndex_init(WordIndexObject *self, PyObject *args, PyObject *kwds)
     }
     self->slots = PyMem_Malloc(capacity * sizeof(Slot));
     self->pool = PyMem_Malloc(pool_size ? (size_t)pool_size : 1);
-    if (!self->slots || !self->pool) {
+    self->start = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    if (!self->slots || !self->pool || !self->start) {
         PyErr_NoMemory();
         goto done;
     }
     self->mask = capacity - 1;
     for (size_t i = 0; i < capacity; i++) {
-        self->slots[i].start = -1;
+        self->slots[i].id = -1;
     }
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t len;
         const char *p = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(words, i), &len);
-        uint64_t h = hash_bytes(p, (size_t)len);
-        if (find(self, p, len, h) >= 0) {
+        uint64_t key = word_key(p, (size_t)len, p + len);
+        if (find(self, p, (size_t)len, key) >= 0) {
             PyErr_Format(PyExc_ValueError, "words[%zd] is a duplicate", i);
             goto done;
         }
         memcpy(self->pool + at, p, (size_t)len);
-        size_t j = (size_t)h & self->mask;
-        while (self->slots[j].start >= 0) {
+        self->start[i] = at;
+        size_t j = home_slot(key, self->mask);
+        while (self->slots[j].id >= 0) {
             j = (j + 1) & self->mask;
         }
-        self->slots[j] = (Slot){.hash = h, .start = at, .len = len, .id = (int32_t)i};
+        self->slots[j] = (Slot){.key = key, .id = (int32_t)i, .len = (uint32_t)len};
         at += len;
     }
     self->n_words = n;
@@ -186,8 +246,10 @@ done:
     if (!ok) {
         PyMem_Free(self->slots);
         PyMem_Free(self->pool);
+        PyMem_Free(self->start);
         self->slots = NULL;
         self->pool = NULL;
+        self->start = NULL;
         return -1;
     }
     return 0;
@@ -197,6 +259,33 @@ typedef struct {
     const char *p;
     Py_ssize_t n;
 } Text;
+
+/* Words are split (and their home slots prefetched) this many at a time before they are looked
+ * up: the slots of a big vocabulary miss the cache once a request's scoring has run, and a
+ * window of independent prefetches waits for memory once rather than once per word. */
+#define LOOKUP_WINDOW 32
+
+typedef struct {
+    const char *p;
+    size_t len;
+    uint64_t key;
+} Pending;
+
+/* Looks up `n` split words, the output positions first, first + 1, ... */
+static inline void
+look_up(const WordIndexObject *self, const Pending *words, int n, Py_ssize_t first,
+        int32_t *id_out, uint8_t *oov_out)
+{
+    const int32_t unk = self->unk_id;
+    for (int j = 0; j < n; j++) {
+        int32_t id = find(self, words[j].p, words[j].len, words[j].key);
+        if (id < 0) {
+            id = unk;
+        }
+        id_out[first + j] = id;
+        oov_out[first + j] = id == unk;
+    }
+}
 
 static PyObject *
 WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
@@ -242,7 +331,10 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
     uint8_t *oov_out = (uint8_t *)PyByteArray_AS_STRING(oov);
     int64_t *off_out = (int64_t *)PyByteArray_AS_STRING(offsets);
     Py_ssize_t n_words = 0;
-    const int32_t unk = self->unk_id;
+    /* Words split but not yet looked up: the lookups of a window run after their slots were
+       prefetched while the window was being split (see Pending). */
+    Pending pending[LOOKUP_WINDOW];
+    int n_pending = 0;
     /* As in the n-gram kernel: only a long batch releases the GIL (a busy server's threads
        would otherwise make this call wait to win it back, longer than the work itself). */
     PyThreadState *released = cap >= RELEASE_GIL_MIN_WORDS ? PyEval_SaveThread() : NULL;
@@ -260,17 +352,20 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
             while (p < end && !kSpace[(unsigned char)*p]) {
                 p++;
             }
-            Py_ssize_t len = p - word;
-            int32_t id = find(self, word, len, hash_bytes(word, (size_t)len));
-            if (id < 0) {
-                id = unk;
-            }
-            id_out[n_words] = id;
-            oov_out[n_words] = id == unk;
+            Pending *w = &pending[n_pending++];
+            w->p = word;
+            w->len = (size_t)(p - word);
+            w->key = word_key(word, w->len, end);
+            __builtin_prefetch(&self->slots[home_slot(w->key, self->mask)]);
             n_words++;
+            if (n_pending == LOOKUP_WINDOW) {
+                look_up(self, pending, n_pending, n_words - n_pending, id_out, oov_out);
+                n_pending = 0;
+            }
         }
         off_out[i + 1] = n_words;
     }
+    look_up(self, pending, n_pending, n_words - n_pending, id_out, oov_out);
     if (released) {
         PyEval_RestoreThread(released);
     }
