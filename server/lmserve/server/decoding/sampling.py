@@ -274,7 +274,7 @@ def _draw_full(logits: LogitArray, inv_temps: FloatArray, uniforms: FloatArray) 
     if np.any(inv_temps != 1.0):
         body *= inv_temps.astype(logits.dtype)[:, None]
     np.exp(body, out=body)
-    blocks = weights.reshape(s, -1, DRAW_BLOCK)
+    blocks = weights.reshape(s, (v + pad) // DRAW_BLOCK, DRAW_BLOCK)
     # einsum's summing loop is ~4x faster here than .sum(axis=2) over short rows.
     block_sums = np.einsum("sbk->sb", blocks).astype(np.float64)
     cumulative = np.cumsum(block_sums, axis=1)
@@ -301,11 +301,12 @@ def _sample_rows(
 ) -> IdArray:
     """Steps 4-6 for non-greedy rows: logits -> chosen ids [S]."""
     temps = np.array([p.temperature for p in params])
-    out = np.empty(len(params), dtype=np.int64)
-    trunc = np.array([p.truncates for p in params], dtype=bool)
-    plain = np.flatnonzero(~trunc)
-    if len(plain) == len(params):  # the common case: no filter, the whole distribution
+    truncates = [p.truncates for p in params]
+    if not any(truncates):  # the common case: no filter, the whole distribution
         return _draw_full(logits, 1.0 / temps, uniforms)
+    out = np.empty(len(params), dtype=np.int64)
+    trunc = np.array(truncates, dtype=bool)
+    plain = np.flatnonzero(~trunc)
     if len(plain):
         out[plain] = _draw_full(logits[plain], 1.0 / temps[plain], uniforms[plain])
     rows = np.flatnonzero(trunc)
@@ -380,14 +381,18 @@ def sample_next(
     if source.ndim != 2 or source.shape[0] != len(rows):
         raise ValueError(f"log_probs {source.shape} for {len(rows)} rows")
     logits = process_logits(source, rows, eos_id=eos_id, bos_id=bos_id)
-    chosen = np.empty(len(rows), dtype=np.int64)
-    greedy = np.array([r.params.greedy for r in rows], dtype=bool)
-    g = np.flatnonzero(greedy)
-    if len(g):
+    greedy = [r.params.greedy for r in rows]
+    # One uniform in (0, 1] per sampled row, from that row's own generator.
+    if not any(greedy):  # the common batches take no row copies
+        uniforms = np.array([1.0 - r.rng.random() for r in rows])
+        chosen = _sample_rows(logits, [r.params for r in rows], uniforms, candidates)
+    elif all(greedy):
+        chosen = logits.argmax(axis=1).astype(np.int64)
+    else:
+        chosen = np.empty(len(rows), dtype=np.int64)
+        g = np.flatnonzero(greedy)
         chosen[g] = logits[g].argmax(axis=1)
-    s = np.flatnonzero(~greedy)
-    if len(s):
-        # One uniform in (0, 1] per sampled row, from that row's own generator.
+        s = np.flatnonzero(np.logical_not(greedy))
         uniforms = np.array([1.0 - rows[i].rng.random() for i in s.tolist()])
         chosen[s] = _sample_rows(
             logits[s], [rows[i].params for i in s.tolist()], uniforms, candidates
