@@ -6,19 +6,22 @@ the raw batched step of the same model at the same batch sizes, measured in the 
 Models: the default-size LSTM (random init, ONNX Runtime) and an n-gram model (the KJV 3-gram,
 whose step is a full next-token distribution per row). Per concurrency level it reports the
 aggregate generated tokens/s, per-token latency p50/p99 (gaps between a stream's tokens as the
-client receives them) and time to first token p50; the raw figure is `batch / step seconds`
-(`Stepper.step`, no sampling, no gRPC). Sampling is plain (temperature 1), `ignore_eos` so every
-stream makes exactly `--tokens` tokens.
+client receives them) and time to first token; the raw figure is `batch / step seconds`
+(`Stepper.step`, no sampling, no gRPC). The streams come from one asyncio client. Sampling is
+plain (temperature 1), `ignore_eos` so every stream makes exactly `--tokens` tokens. Each level
+runs with a message per token (stream_interval 1) and, from 8 streams up, with 4 steps a
+message (`..._interval4_...`). `..._vs_raw` records give the issue's ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import itertools
 import os
 import shutil
-import threading
+import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,8 @@ from common import CACHE_DIR, KJV, QUICK_ENV, emit, log, percentile, quick, reco
 from server_process import ServerProcess
 
 CONCURRENCY = (1, 8, 32, 64)
+# Steps per stream message: 1 (every token, the default) and a grouped setting for throughput.
+INTERVALS = (1, 4)
 
 
 def _ngram_folder() -> Path:
@@ -57,12 +62,14 @@ def _repository(onnx_dir: Path, ngram_dir: Path) -> Path:
     return repo
 
 
-def _raw(stepper: Any, runs: int, model: str) -> None:
-    """Seconds of one batched `Stepper.step` at each batch size -> tokens/s."""
+def _raw(stepper: Any, runs: int, model: str) -> dict[int, tuple[float, float]]:
+    """One batched `Stepper.step` at each batch size: {batch: (median tokens/s, median step
+    seconds)}; also emitted as records."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     vocab = len(stepper.vocab)
+    medians: dict[int, tuple[float, float]] = {}
     for batch in CONCURRENCY:
         _, state = stepper.prefill([[int(t)] for t in rng.integers(3, vocab, batch)])
         tokens = rng.integers(3, vocab, batch)
@@ -78,58 +85,101 @@ def _raw(stepper: Any, runs: int, model: str) -> None:
 
         seconds = repeat(many, runs)
         per_step = [s / steps for s in seconds]
+        rec = record(
+            f"generate_{model}_raw_step_batch{batch}_tokens_per_s",
+            "tokens/s",
+            [batch / s for s in per_step],
+            step_ms=1000 * statistics.median(per_step),
+        )
+        emit(rec)
+        medians[batch] = (rec["median"], statistics.median(per_step))
+    return medians
+
+
+async def _stream(
+    client: Any, model: str, tokens: int, seed: int, interval: int
+) -> tuple[float, list[float]]:
+    """One Generate stream: seconds to the first token and the arrival times of all tokens."""
+    from lmserve.client import GeneratedToken
+
+    start = time.perf_counter()
+    times: list[float] = []
+    async for event in client.generate(
+        model, max_new_tokens=tokens, ignore_eos=True, seed=seed, stream_interval=interval
+    ):
+        if isinstance(event, GeneratedToken):
+            times.append(time.perf_counter())
+    return times[0] - start, times
+
+
+async def _served_async(
+    target: str, model: str, streams: int, tokens: int, runs: int, interval: int
+) -> tuple[list[float], list[float], list[float]]:
+    from lmserve.client import AsyncLmServeClient
+
+    rates: list[float] = []
+    ttft: list[float] = []
+    gaps: list[float] = []
+    async with AsyncLmServeClient(target, timeout=600) as client:
+        await _stream(client, model, 4, 0, 1)  # warm up
+        for _ in range(runs):
+            start = time.perf_counter()
+            results = await asyncio.gather(
+                *(_stream(client, model, tokens, i, interval) for i in range(streams))
+            )
+            rates.append(streams * tokens / (time.perf_counter() - start))
+            ttft.extend(first for first, _ in results)
+            gaps.extend(b - a for _, times in results for a, b in itertools.pairwise(times))
+    return rates, ttft, gaps
+
+
+def _served(
+    target: str, model: str, label: str, streams: int, tokens: int, runs: int, interval: int
+) -> dict[str, Any]:
+    """`streams` concurrent Generate streams from one asyncio client (one process, one channel:
+    the lightest load generator Python has), all started together."""
+    rates, ttft, gaps = asyncio.run(_served_async(target, model, streams, tokens, runs, interval))
+    suffix = "" if interval == 1 else f"_interval{interval}"
+    extra: dict[str, Any] = {
+        "streams": streams,
+        "tokens_per_stream": tokens,
+        "stream_interval": interval,
+        "ttft_p50_ms": 1000 * percentile(ttft, 50),
+        "ttft_p99_ms": 1000 * percentile(ttft, 99),
+    }
+    if interval == 1:  # with several steps a message, the gaps measure the grouping
+        extra["inter_token_p50_ms"] = 1000 * percentile(gaps, 50)
+        extra["inter_token_p99_ms"] = 1000 * percentile(gaps, 99)
+    rec = record(
+        f"generate_{label}_server_{streams}streams{suffix}_tokens_per_s", "tokens/s", rates, **extra
+    )
+    emit(rec)
+    return rec
+
+
+def _ratios(label: str, raw: dict[int, tuple[float, float]], served: list[dict[str, Any]]) -> None:
+    """The issue's goals as ratios, both sides measured in this run: server tokens/s over raw
+    tokens/s at the same batch, and one stream's inter-token p50 over the raw batch-1 step."""
+    for rec in served:
+        n, interval = rec["streams"], rec["stream_interval"]
+        suffix = "" if interval == 1 else f"_interval{interval}"
         emit(
             record(
-                f"generate_{model}_raw_step_batch{batch}_tokens_per_s",
-                "tokens/s",
-                [batch / s for s in per_step],
-                step_ms=1000 * min(per_step),
+                f"generate_{label}_server_{n}streams{suffix}_vs_raw",
+                "ratio",
+                [r / raw[n][0] for r in rec["runs"]],
+                note=f"server tokens/s / raw step tokens/s at batch {n} (median)",
             )
         )
-
-
-def _served(target: str, model: str, label: str, streams: int, tokens: int, runs: int) -> None:
-    from lmserve.client import GeneratedToken, LmServeClient
-
-    with LmServeClient(target, timeout=600) as client:
-        list(client.generate(model, max_new_tokens=4, ignore_eos=True))  # warm up
-
-        def stream(i: int, start: float) -> tuple[float, list[float]]:
-            times = []
-            for event in client.generate(model, max_new_tokens=tokens, ignore_eos=True, seed=i):
-                if isinstance(event, GeneratedToken):
-                    times.append(time.perf_counter())
-            return times[0] - start, [b - a for a, b in zip(times, times[1:], strict=False)]
-
-        rates: list[float] = []
-        ttft: list[float] = []
-        gaps: list[float] = []
-        with ThreadPoolExecutor(streams) as pool:
-            for _ in range(runs):
-                barrier = threading.Barrier(streams)
-
-                def go(i: int, b: threading.Barrier = barrier) -> tuple[float, list[float]]:
-                    b.wait()
-                    return stream(i, time.perf_counter())
-
-                start = time.perf_counter()
-                results = list(pool.map(go, range(streams)))
-                rates.append(streams * tokens / (time.perf_counter() - start))
-                ttft.extend(r[0] for r in results)
-                gaps.extend(g for r in results for g in r[1])
-    emit(
-        record(
-            f"generate_{label}_server_{streams}streams_tokens_per_s",
-            "tokens/s",
-            rates,
-            streams=streams,
-            tokens_per_stream=tokens,
-            inter_token_p50_ms=1000 * percentile(gaps, 50),
-            inter_token_p99_ms=1000 * percentile(gaps, 99),
-            ttft_p50_ms=1000 * percentile(ttft, 50),
-            ttft_p99_ms=1000 * percentile(ttft, 99),
-        )
-    )
+        if n == 1 and interval == 1:
+            emit(
+                record(
+                    f"generate_{label}_server_1stream_itl_p50_vs_raw_step",
+                    "ratio",
+                    [rec["inter_token_p50_ms"] / (1000 * raw[1][1])],
+                    note="inter-token p50 through the server / raw batch-1 step (median)",
+                )
+            )
 
 
 def main() -> None:
@@ -156,19 +206,29 @@ def main() -> None:
     ngram_name = read_manifest(ngram_dir).name
 
     log("raw steps")
-    _raw(make_stepper(OnnxBackend.load(onnx_dir, read_manifest(onnx_dir), OnnxOptions())),
-         runs + 1, "lstm")  # fmt: skip
-    _raw(
-        make_stepper(load_model_folder_binary(ngram_dir, read_manifest(ngram_dir))),
-        runs + 1,
-        "ngram",
-    )
+    raw = {
+        "lstm": _raw(
+            make_stepper(OnnxBackend.load(onnx_dir, read_manifest(onnx_dir), OnnxOptions())),
+            runs + 1,
+            "lstm",
+        ),
+        "ngram": _raw(
+            make_stepper(load_model_folder_binary(ngram_dir, read_manifest(ngram_dir))),
+            runs + 1,
+            "ngram",
+        ),
+    }
 
     with ServerProcess(_repository(onnx_dir, ngram_dir)) as server:
         for model, label in ((onnx_name, "lstm"), (ngram_name, "ngram")):
             log(f"server: {model}")
-            for streams in CONCURRENCY:
-                _served(server.target, model, label, streams, tokens, runs)
+            served = [
+                _served(server.target, model, label, streams, tokens, runs, interval)
+                for interval in INTERVALS
+                for streams in CONCURRENCY
+                if interval == 1 or streams > 1
+            ]
+            _ratios(label, raw[label], served)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import pytest
 from neural_folders import VOCAB, tiny_model, write_onnx_folder
 from prometheus_client import CollectorRegistry
 
-from lmserve.client import GeneratedToken, GenerationFinished, LmServeClient
+from lmserve.client import BeamHypothesis, GeneratedToken, GenerationFinished, LmServeClient
 from lmserve.client.errors import InvalidArgumentError, ResourceExhaustedError
 from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.backends.stepping import make_stepper
@@ -364,3 +364,45 @@ def test_beam_search_through_the_server_equals_the_direct_call(
     got = client.beam_search("lstm", prompt, beam_width=4, max_length=6, num_return=3)
     assert [h.token_ids for h in got] == [tuple(h.token_ids) for h in direct]
     assert [h.score for h in got] == pytest.approx([h.score for h in direct])
+
+
+def test_async_client_generates_and_searches_as_the_sync_one(
+    server: BackgroundServer, client: LmServeClient
+) -> None:
+    # The asyncio client: same seeded tokens, same beams; leaving a stream early frees its
+    # slot as the sync client's does.
+    import asyncio
+
+    from lmserve.client import AsyncLmServeClient
+
+    options = {"seed": 21, "ignore_eos": True, "top_k": 20}
+    expected = _tokens(client, "lstm", max_new_tokens=12, **options)
+    beams = client.beam_search("lstm", "the", beam_width=3, max_length=5, num_return=2)
+    _wait_idle(server, "lstm")
+
+    async def run() -> tuple[list[int], list[BeamHypothesis], int, int]:
+        async with AsyncLmServeClient(server.address, timeout=20) as aclient:
+            tokens = [
+                e.token_id
+                async for e in aclient.generate("lstm", max_new_tokens=12, **options)
+                if isinstance(e, GeneratedToken)
+            ]
+            found = await aclient.beam_search(
+                "lstm", "the", beam_width=3, max_length=5, num_return=2
+            )
+            stream = aclient.generate("lstm", max_new_tokens=1_000_000, ignore_eos=True, seed=2)
+            scheduler = _scheduler(server, "lstm")
+            during = 0
+            async for _ in stream:
+                during = len(scheduler.active)
+                break
+            await stream.aclose()  # leaving early cancels the call
+            deadline = time.monotonic() + 5
+            while scheduler.active and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            return tokens, list(found), during, len(scheduler.active)
+
+    tokens, found, during, active_after = asyncio.run(run())
+    assert tokens == expected and len(tokens) == 12
+    assert [h.token_ids for h in found] == [h.token_ids for h in beams]
+    assert during == 1 and active_after == 0
