@@ -166,6 +166,13 @@ def _random_text(rng: random.Random, words: list[str]) -> str:
     return lead + "".join(parts[:-1] if rng.random() < 0.5 else parts)
 
 
+def _oov_per_text(batch: EncodedBatch) -> list[int]:
+    return [
+        int(batch.oov[a:b].sum())
+        for a, b in zip(batch.offsets[:-1], batch.offsets[1:], strict=True)
+    ]
+
+
 def _reference_encode(texts: list[str], vocab: Vocabulary) -> EncodedBatch:
     return encode_token_lists(WordTokenizer().split_batch(texts), vocab)
 
@@ -178,11 +185,12 @@ def test_wordindex_equals_python_encoding() -> None:
     rng = random.Random(7)
     for _ in range(300):
         texts = [_random_text(rng, words) for _ in range(rng.randrange(0, 8))]
-        ids, offsets, oov = index.encode(texts)
+        ids, offsets, oov, oov_counts = index.encode(texts)
         want = _reference_encode(texts, vocab)
         np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
         np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
         np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
+        assert np.frombuffer(oov_counts, np.int64).tolist() == _oov_per_text(want)
 
 
 def test_wordindex_words_around_the_inline_length() -> None:
@@ -199,20 +207,24 @@ def test_wordindex_words_around_the_inline_length() -> None:
     near = [w[:-1] + chr(ord(w[-1]) + 1) for w in stems] + [w + "x" for w in stems] + ["ab", "a"]
     probes = stems + near + [w[:-1] for w in stems if len(w) > 1] + extra[:500]
     texts = [" ".join(probes[i : i + 7]) for i in range(len(probes))] + probes
-    ids, offsets, oov = index.encode(texts)
+    ids, offsets, oov, oov_counts = index.encode(texts)
     want = _reference_encode(texts, vocab)
     np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
     np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
     np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
+    assert np.frombuffer(oov_counts, np.int64).tolist() == _oov_per_text(want)
     assert 0 < int(want.oov.sum()) < len(want.oov)  # both hits and misses were looked up
 
 
 def test_wordindex_kenlm_whitespace_only() -> None:
     index = wordindex_module.WordIndex(["<unk>", "a", "b"], 0)
-    ids, offsets, oov = index.encode(["a\u00a0b a\tb\x0b\x0cb\r\n", "", "   ", "<unk> c"])
+    ids, offsets, oov, oov_counts = index.encode(
+        ["a\u00a0b a\tb\x0b\x0cb\r\n", "", "   ", "<unk> c"]
+    )
     assert np.frombuffer(ids, np.int32).tolist() == [0, 1, 2, 2, 0, 0]
     assert np.frombuffer(offsets, np.int64).tolist() == [0, 4, 4, 4, 6]
     assert np.frombuffer(oov, np.bool_).tolist() == [True, False, False, False, True, True]
+    assert np.frombuffer(oov_counts, np.int64).tolist() == [1, 0, 0, 2]
 
 
 def test_wordindex_rejects_bad_input() -> None:

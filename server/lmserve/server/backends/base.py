@@ -66,11 +66,14 @@ class EncodedBatch:
 
     `oov` marks tokens that were not in the vocabulary (their id is the unknown-word id).
     `<s>`/`</s>` are not included: the backend adds them as the score options say.
+    `oov_counts` are the OOV tokens per text when the encoder counted them on the way (the C
+    word encoder does, for free), else None and counted from `oov` when needed.
     """
 
     ids: IdArray
     offsets: OffsetArray
     oov: npt.NDArray[np.bool_]
+    oov_counts: npt.NDArray[np.int64] | None = None
 
     @property
     def batch_size(self) -> int:

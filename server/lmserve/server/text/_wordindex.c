@@ -10,6 +10,7 @@
  *     offsets  int64 per text + 1: text i is ids[offsets[i]:offsets[i+1]]
  *     oov      uint8 per word: 1 for unknown words and for the literal unknown-word token
  *              (KenLM counts `<unk>` in the text as an OOV too)
+ *     oov_counts  int64 per text: its OOV words (what Score reports, free here)
  *
  * The table's slots are 16 bytes (half a megabyte for a vocabulary of tens of thousands of
  * words) and a word of at most 8 bytes, most words, is stored in its slot as an integer: one
@@ -301,7 +302,7 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
     }
     Py_ssize_t n_texts = PyTuple_GET_SIZE(texts);
     Text *spans = PyMem_Malloc((size_t)(n_texts ? n_texts : 1) * sizeof(Text));
-    PyObject *ids = NULL, *offsets = NULL, *oov = NULL, *result = NULL;
+    PyObject *ids = NULL, *offsets = NULL, *oov = NULL, *oov_counts = NULL, *result = NULL;
     if (!spans) {
         PyErr_NoMemory();
         goto done;
@@ -324,12 +325,14 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
     ids = PyByteArray_FromStringAndSize(NULL, cap * (Py_ssize_t)sizeof(int32_t));
     oov = PyByteArray_FromStringAndSize(NULL, cap);
     offsets = PyByteArray_FromStringAndSize(NULL, (n_texts + 1) * (Py_ssize_t)sizeof(int64_t));
-    if (!ids || !oov || !offsets) {
+    oov_counts = PyByteArray_FromStringAndSize(NULL, n_texts * (Py_ssize_t)sizeof(int64_t));
+    if (!ids || !oov || !offsets || !oov_counts) {
         goto done;
     }
     int32_t *id_out = (int32_t *)PyByteArray_AS_STRING(ids);
     uint8_t *oov_out = (uint8_t *)PyByteArray_AS_STRING(oov);
     int64_t *off_out = (int64_t *)PyByteArray_AS_STRING(offsets);
+    int64_t *oov_count_out = (int64_t *)PyByteArray_AS_STRING(oov_counts);
     Py_ssize_t n_words = 0;
     /* Words split but not yet looked up: the lookups of a window run after their slots were
        prefetched while the window was being split (see Pending). */
@@ -366,6 +369,13 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
         off_out[i + 1] = n_words;
     }
     look_up(self, pending, n_pending, n_words - n_pending, id_out, oov_out);
+    for (Py_ssize_t i = 0; i < n_texts; i++) {
+        int64_t count = 0;
+        for (int64_t j = off_out[i]; j < off_out[i + 1]; j++) {
+            count += oov_out[j];
+        }
+        oov_count_out[i] = count;
+    }
     if (released) {
         PyEval_RestoreThread(released);
     }
@@ -373,11 +383,12 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
         PyByteArray_Resize(oov, n_words) < 0) {
         goto done;
     }
-    result = PyTuple_Pack(3, ids, offsets, oov);
+    result = PyTuple_Pack(4, ids, offsets, oov, oov_counts);
 done:
     Py_XDECREF(ids);
     Py_XDECREF(offsets);
     Py_XDECREF(oov);
+    Py_XDECREF(oov_counts);
     PyMem_Free(spans);
     Py_DECREF(texts);
     return result;
@@ -400,7 +411,7 @@ static PyMethodDef WordIndex_methods[] = {
     {"encode", (PyCFunction)WordIndex_encode, METH_O,
      "encode(texts)\n--\n\n"
      "Splits each str on ASCII whitespace and maps words to ids: returns bytearrays\n"
-     "(ids int32, offsets int64, oov uint8) for np.frombuffer."},
+     "(ids int32, offsets int64, oov uint8, oov_counts int64) for np.frombuffer."},
     {NULL, NULL, 0, NULL},
 };
 

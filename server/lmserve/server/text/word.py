@@ -96,11 +96,12 @@ class TextEncoder:
             return encode_token_lists(self.tokenizer.split_batch(texts), self.vocab)
         if self.tokenizer.lowercase:
             texts = [t.lower() for t in texts]
-        ids, offsets, oov = self._index.encode(texts)
+        ids, offsets, oov, oov_counts = self._index.encode(texts)
         return EncodedBatch(
             ids=np.frombuffer(ids, dtype=np.int32),
             offsets=np.frombuffer(offsets, dtype=np.int64),
             oov=np.frombuffer(oov, dtype=np.bool_),
+            oov_counts=np.frombuffer(oov_counts, dtype=np.int64),
         )
 
     def encode_token_lists(self, token_lists: Sequence[Sequence[str]]) -> EncodedBatch:
