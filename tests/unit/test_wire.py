@@ -63,8 +63,11 @@ def test_nan_and_empty_batch() -> None:
     assert _same([], [], []) == pb.ScoreResponse(model="m").SerializeToString()
 
 
-@pytest.mark.parametrize(("tokens", "oovs"), [([2**21], [0]), ([5], [2**21]), ([2**31 - 1], [7])])
-def test_counts_too_big_for_three_bytes_fall_back(tokens: list[int], oovs: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("tokens", "oovs"),
+    [([2**21], [0]), ([5], [2**21]), ([2**31 - 1], [7]), ([-1], [0]), ([3], [-2])],
+)
+def test_counts_that_do_not_fit_three_bytes_fall_back(tokens: list[int], oovs: list[int]) -> None:
     arrays = np.array(tokens), np.array(oovs)
     assert wire.packed_text_scores(np.array([-1.0]), *arrays) is None
     _same([-1.0], tokens, oovs)
