@@ -35,6 +35,13 @@
  * views (and so the numpy arrays or memory maps) alive and checks them once: lengths, dtypes and
  * the table shapes that keep every probe inside its array. `Scorer.score` then only
  * checks the per-call inputs (ids in the vocabulary, offsets monotone, output sizes).
+ *
+ * Next-token distributions (`Scorer.distributions`) also need the CSR arrays of `build.py`'s
+ * NgramArrays: per order j < N the children of entry e are entries child_start[j][e] ..
+ * child_start[j][e+1] - 1 of order j+1 (their words and log-probs), and per order k >= 2 the
+ * table's slot -> entry mapping (`ProbingTable.entry`). They are optional keyword arguments of
+ * `Scorer(...)`, checked once there (lengths, monotone offsets, words in the vocabulary, every
+ * used slot mapped to an entry), so that filling a distribution reads only inside its arrays.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,6 +51,9 @@
 
 /* Batches of at least this many tokens release the GIL while they are scored. */
 #define RELEASE_GIL_MIN_TOKENS ((Py_ssize_t)1 << 16)
+/* Distributions release it from this many output cells (rows x vocabulary) on: at ~0.3 ns a
+ * cell, about a millisecond of work, as long as a long scoring batch. */
+#define RELEASE_GIL_MIN_CELLS ((Py_ssize_t)1 << 22)
 
 #define MAX_ORDER 16 /* orders above this are refused; KenLM's default limit is 6 */
 
@@ -74,7 +84,14 @@ typedef struct {
     const double *uni_prob;
     const double *uni_backoff; /* NULL when order == 1 */
     Order orders[MAX_ORDER + 1]; /* orders[k] describes order k (k >= 2) */
-    Py_buffer views[2 + MAX_ORDER];
+    /* The CSR arrays, for `distributions` (has_csr): child_start[j] for orders j = 1..N-1,
+     * words[k], probs[k] and entry[k] (slot -> entry index) for orders k = 2..N. */
+    int has_csr;
+    const int64_t *child_start[MAX_ORDER + 1];
+    const int32_t *words[MAX_ORDER + 1];
+    const float *probs[MAX_ORDER + 1];
+    const int32_t *entry[MAX_ORDER + 1];
+    Py_buffer views[2 + 5 * MAX_ORDER];
     int n_views;
 } ScorerObject;
 
@@ -186,19 +203,107 @@ check_tuple(PyObject *t, Py_ssize_t n, const char *what)
     return 0;
 }
 
+/* Takes and checks the CSR arrays (`NgramArrays`): every read `distributions` makes is then
+ * inside them. Tuples of N-1 arrays each: child_start of orders 1..N-1 (int64), words (int32)
+ * and probs (float32) of orders 2..N, entries (int32, one per table slot) of orders 2..N.
+ * Returns 0, or -1 with an exception set. */
+static int
+init_csr(ScorerObject *self, PyObject *child_start, PyObject *words, PyObject *probs,
+         PyObject *entries)
+{
+    const int order = self->order;
+    if (check_tuple(child_start, order - 1, "child_start") < 0 ||
+        check_tuple(words, order - 1, "words") < 0 || check_tuple(probs, order - 1, "probs") < 0 ||
+        check_tuple(entries, order - 1, "entries") < 0) {
+        return -1;
+    }
+    /* Orders 2..N: words and probs of equal length, words in the vocabulary. */
+    Py_ssize_t n_entries[MAX_ORDER + 1];
+    n_entries[1] = self->vocab_size;
+    for (int k = 2; k <= order; k++) {
+        Py_ssize_t n_w, n_p;
+        const int32_t *w =
+            scorer_view(self, PyTuple_GET_ITEM(words, k - 2), 'i', 4, &n_w, "words");
+        if (!w) {
+            return -1;
+        }
+        const float *p =
+            scorer_view(self, PyTuple_GET_ITEM(probs, k - 2), 'f', 4, &n_p, "probs");
+        if (!p) {
+            return -1;
+        }
+        if (n_p != n_w) {
+            PyErr_Format(PyExc_ValueError, "order %d: words and probs differ in length", k);
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n_w; i++) {
+            if (w[i] < 0 || w[i] >= self->vocab_size) {
+                PyErr_Format(PyExc_ValueError, "order %d: words[%zd] is not a vocabulary id", k,
+                             i);
+                return -1;
+            }
+        }
+        self->words[k] = w;
+        self->probs[k] = p;
+        n_entries[k] = n_w;
+    }
+    /* Orders 1..N-1: child_start has one more item than the order has entries, starts at 0,
+     * never decreases and ends at the next order's length. */
+    for (int j = 1; j < order; j++) {
+        Py_ssize_t n;
+        const int64_t *cs =
+            scorer_view(self, PyTuple_GET_ITEM(child_start, j - 1), 'i', 8, &n, "child_start");
+        if (!cs) {
+            return -1;
+        }
+        int ok = n == n_entries[j] + 1 && cs[0] == 0 && cs[n - 1] == n_entries[j + 1];
+        for (Py_ssize_t i = 0; ok && i + 1 < n; i++) {
+            ok = cs[i] <= cs[i + 1];
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "order %d: malformed child_start", j);
+            return -1;
+        }
+        self->child_start[j] = cs;
+    }
+    /* Orders 2..N: one entry per slot; a used slot maps to an entry of its order. */
+    for (int k = 2; k <= order; k++) {
+        Py_ssize_t n;
+        const int32_t *e =
+            scorer_view(self, PyTuple_GET_ITEM(entries, k - 2), 'i', 4, &n, "entries");
+        if (!e) {
+            return -1;
+        }
+        const Order *o = &self->orders[k];
+        int ok = n == o->n_slots;
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            ok = o->slots[i].key == kEmpty || (e[i] >= 0 && e[i] < n_entries[k]);
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "order %d: malformed slot -> entry mapping", k);
+            return -1;
+        }
+        self->entry[k] = e;
+    }
+    return 0;
+}
+
 static int
 Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"uni_prob", "uni_backoff", "tables", "n_home",
-                             "bos_id",   "eos_id",      NULL};
+    static char *kwlist[] = {"uni_prob", "uni_backoff", "tables",  "n_home", "bos_id",
+                             "eos_id",   "child_start", "words",   "probs",  "entries",
+                             NULL};
     PyObject *uni_prob, *uni_backoff, *tables, *homes;
+    PyObject *child_start = Py_None, *words = Py_None, *probs = Py_None, *entries = Py_None;
     int bos_id, eos_id;
     if (self->n_views) {
         PyErr_SetString(PyExc_RuntimeError, "Scorer is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii", kwlist, &uni_prob, &uni_backoff,
-                                     &tables, &homes, &bos_id, &eos_id)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii|$OOOO", kwlist, &uni_prob,
+                                     &uni_backoff, &tables, &homes, &bos_id, &eos_id,
+                                     &child_start, &words, &probs, &entries)) {
         return -1;
     }
     if (!PyTuple_Check(tables)) {
@@ -264,6 +369,21 @@ Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
         }
         o->n_home = (uint64_t)n_home;
     }
+    self->has_csr = 0;
+    int n_csr = (child_start != Py_None) + (words != Py_None) + (probs != Py_None) +
+                (entries != Py_None);
+    if (n_csr == 0) {
+        return 0;
+    }
+    if (n_csr != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "give all of child_start, words, probs and entries, or none");
+        return -1;
+    }
+    if (init_csr(self, child_start, words, probs, entries) < 0) {
+        return -1;
+    }
+    self->has_csr = 1;
     return 0;
 }
 
@@ -513,6 +633,266 @@ done:
     return result;
 }
 
+/* ---- next-token distributions ------------------------------------------------------------- */
+
+/* KenLM's state after `[<s>] context` (`NgramModel.context_entries`): the context cut to its
+ * last N-1 ids, `<s>` first when bos and the context is shorter than that, each word extending
+ * the chain of entries found ending at the previous one (the first miss ends it). Writes the
+ * window's ids to `window` and returns its length. */
+static int
+context_window(const ScorerObject *s, const int32_t *ctx, Py_ssize_t n, int bos,
+               uint32_t *window)
+{
+    const int n_keep = s->order - 1;
+    int n_win = 0;
+    if (bos && n < n_keep) {
+        window[n_win++] = (uint32_t)s->bos_id;
+    }
+    for (Py_ssize_t i = n > n_keep ? n - n_keep : 0; i < n; i++) {
+        window[n_win++] = (uint32_t)ctx[i];
+    }
+    return n_win;
+}
+
+/* log P(w | window) for every w into `row` (float32[V]), as `NgramModel.next_token_log_probs`:
+ * the unigram log-prob plus the backoffs of every context entry, then the children of each
+ * context entry, shortest first, overwritten with their log-prob plus the backoffs of the
+ * longer context entries (the longest context writes last and wins). Sums in float64. */
+static void
+distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float *row)
+{
+    const int n_keep = s->order - 1;
+    /* found[0]: the word; found[j-1] for j >= 2: the slot of the order-j entry ending here. */
+    uint32_t found[MAX_ORDER], now[MAX_ORDER];
+    int n_found = 0;
+    for (int i = 0; i < n_win; i++) {
+        const uint32_t w = window[i];
+        int n_now = 1;
+        now[0] = w;
+        const int n_try = n_found < n_keep - 1 ? n_found : n_keep - 1;
+        for (int j = 0; j < n_try; j++) {
+            const Order *o = &s->orders[j + 2];
+            const uint64_t key = ((uint64_t)found[j] << 32) | w;
+            const int64_t slot = probe(o, key, home_slot(o, key));
+            if (slot < 0) {
+                break;
+            }
+            now[n_now++] = (uint32_t)slot;
+        }
+        memcpy(found, now, (size_t)n_now * sizeof(uint32_t));
+        n_found = n_now;
+    }
+    /* The context entries (CSR indices) and their backoffs, by order 1..n_found. */
+    int64_t entry[MAX_ORDER];
+    double backoff[MAX_ORDER];
+    double total = 0.0;
+    for (int j = 0; j < n_found; j++) {
+        if (j == 0) {
+            entry[0] = found[0];
+            backoff[0] = s->uni_backoff[found[0]];
+        } else {
+            entry[j] = s->entry[j + 1][found[j]];
+            backoff[j] = s->orders[j + 1].slots[found[j]].backoff;
+        }
+        total += backoff[j];
+    }
+    /* Locals: with -fno-strict-aliasing a store to `row` could change `s->vocab_size`, and
+     * the loop would not be vectorised. */
+    const double *uni = s->uni_prob;
+    const Py_ssize_t v = s->vocab_size;
+    for (Py_ssize_t w = 0; w < v; w++) {
+        row[w] = (float)(uni[w] + total);
+    }
+    for (int j = 0; j < n_found; j++) {
+        /* Children of the order-(j+1) entry: order j+2. */
+        const int64_t lo = s->child_start[j + 1][entry[j]], hi = s->child_start[j + 1][entry[j] + 1];
+        double longer = 0.0;
+        for (int i = j + 1; i < n_found; i++) {
+            longer += backoff[i];
+        }
+        const int32_t *words = s->words[j + 2];
+        const float *probs = s->probs[j + 2];
+        for (int64_t c = lo; c < hi; c++) {
+            row[words[c]] = (float)((double)probs[c] + longer);
+        }
+    }
+}
+
+/* Scratch for `distributions_batch`: each row's window, and an open-addressing table of the
+ * rows that were filled (by window), so that a row whose context another row already has
+ * (beams, samples of one prompt) copies that row instead of filling it again: a copy costs
+ * about half a fill (KJV 3-gram, V = 12k: ~1.5 us against ~3-4 us). */
+typedef struct {
+    uint32_t *windows; /* [n_rows][MAX_ORDER] */
+    int *lengths;      /* [n_rows] */
+    Py_ssize_t *table; /* [mask + 1]: a filled row, or -1 */
+    uint64_t mask;
+} Dedup;
+
+static int
+dedup_alloc(Dedup *d, Py_ssize_t n_rows)
+{
+    uint64_t cap = 16;
+    while (cap < 2 * (uint64_t)n_rows) {
+        cap *= 2;
+    }
+    d->mask = cap - 1;
+    d->windows = PyMem_Malloc((size_t)n_rows * MAX_ORDER * sizeof(uint32_t) + 1);
+    d->lengths = PyMem_Malloc((size_t)n_rows * sizeof(int) + 1);
+    d->table = PyMem_Malloc((size_t)cap * sizeof(Py_ssize_t));
+    if (!d->windows || !d->lengths || !d->table) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(d->table, 0xff, (size_t)cap * sizeof(Py_ssize_t)); /* all -1 */
+    return 0;
+}
+
+static void
+dedup_free(Dedup *d)
+{
+    PyMem_Free(d->windows);
+    PyMem_Free(d->lengths);
+    PyMem_Free(d->table);
+}
+
+/* Rows [0, n_rows) of a validated batch into `out` [n_rows, V]. */
+static void
+distributions_batch(const ScorerObject *s, const int32_t *id, const int64_t *off,
+                    Py_ssize_t n_rows, int bos, float *out, Dedup *d)
+{
+    const Py_ssize_t v = s->vocab_size;
+    for (Py_ssize_t b = 0; b < n_rows; b++) {
+        float *row = out + b * v;
+        uint32_t *window = d->windows + b * MAX_ORDER;
+        const int n_win = context_window(s, id + off[b], off[b + 1] - off[b], bos, window);
+        d->lengths[b] = n_win;
+        uint64_t h = (uint64_t)n_win;
+        for (int i = 0; i < n_win; i++) {
+            h = (h ^ window[i]) * kMultiplier;
+        }
+        uint64_t at = (h >> 32) & d->mask;
+        Py_ssize_t same = -1;
+        for (; d->table[at] >= 0; at = (at + 1) & d->mask) {
+            const Py_ssize_t r = d->table[at];
+            if (d->lengths[r] == n_win &&
+                memcmp(d->windows + r * MAX_ORDER, window, (size_t)n_win * sizeof(uint32_t)) == 0) {
+                same = r;
+                break;
+            }
+        }
+        if (same >= 0) {
+            memcpy(row, out + same * v, (size_t)v * sizeof(float));
+        } else {
+            d->table[at] = b;
+            distribution_row(s, window, n_win, row);
+        }
+    }
+}
+
+/* A writable C-contiguous float32 [rows, cols] view of `obj`. Returns 0, or -1 with an
+ * exception set. */
+static int
+get_matrix_view(PyObject *obj, Py_buffer *view, Py_ssize_t rows, Py_ssize_t cols,
+                const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        view->obj = NULL;
+        return -1;
+    }
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@') {
+        fmt++;
+    }
+    if (fmt[0] != 'f' || fmt[1] != '\0' || view->itemsize != 4) {
+        PyErr_Format(PyExc_TypeError, "%s: expected float32, got format '%s'", what,
+                     view->format ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->ndim != 2 || view->shape[0] != rows || view->shape[1] != cols) {
+        PyErr_Format(PyExc_ValueError, "%s: expected shape (%zd, %zd) (contexts, vocabulary)",
+                     what, rows, cols);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+Scorer_distributions(ScorerObject *self, PyObject *args)
+{
+    PyObject *ids_obj, *offsets_obj, *out_obj;
+    int bos;
+    if (!PyArg_ParseTuple(args, "OOpO:distributions", &ids_obj, &offsets_obj, &bos, &out_obj)) {
+        return NULL;
+    }
+    if (self->n_views == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "Scorer is not initialised");
+        return NULL;
+    }
+    if (!self->has_csr) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "distributions need the CSR arrays: Scorer(..., child_start=, words=, "
+                        "probs=, entries=)");
+        return NULL;
+    }
+    Py_buffer ids = {0}, offsets = {0}, out = {0};
+    PyObject *result = NULL;
+    if (get_view(ids_obj, &ids, 'i', 4, "ids") < 0) {
+        return NULL;
+    }
+    if (get_view(offsets_obj, &offsets, 'i', 8, "offsets") < 0) {
+        goto done;
+    }
+    const int32_t *id = ids.buf;
+    const int64_t *off = offsets.buf;
+    Py_ssize_t n_ids = view_len(&ids), n_off = view_len(&offsets);
+    if (n_off < 1 || off[0] != 0 || off[n_off - 1] != n_ids) {
+        PyErr_SetString(PyExc_ValueError, "offsets must start at 0 and end at len(ids)");
+        goto done;
+    }
+    Py_ssize_t n_rows = n_off - 1;
+    for (Py_ssize_t t = 0; t < n_rows; t++) {
+        if (off[t + 1] < off[t]) {
+            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n_ids; i++) {
+        if (id[i] < 0 || id[i] >= self->vocab_size) {
+            PyErr_Format(PyExc_ValueError, "ids[%zd] = %d is not a vocabulary id", i, (int)id[i]);
+            goto done;
+        }
+    }
+    if (get_matrix_view(out_obj, &out, n_rows, self->vocab_size, "out") < 0) {
+        goto done;
+    }
+    Dedup dedup = {0};
+    if (dedup_alloc(&dedup, n_rows) < 0) {
+        dedup_free(&dedup);
+        goto done;
+    }
+    /* Small batches keep the GIL (see Scorer_score): winning it back can cost more. */
+    PyThreadState *released =
+        n_rows * self->vocab_size >= RELEASE_GIL_MIN_CELLS ? PyEval_SaveThread() : NULL;
+    distributions_batch(self, id, off, n_rows, bos, out.buf, &dedup);
+    if (released) {
+        PyEval_RestoreThread(released);
+    }
+    dedup_free(&dedup);
+    result = Py_NewRef(Py_None);
+done:
+    if (out.obj) {
+        PyBuffer_Release(&out);
+    }
+    if (offsets.obj) {
+        PyBuffer_Release(&offsets);
+    }
+    PyBuffer_Release(&ids);
+    return result;
+}
+
 static PyObject *
 Scorer_get_order(ScorerObject *self, void *closure)
 {
@@ -526,6 +906,12 @@ static PyMethodDef Scorer_methods[] = {
      "Scores the batch (int32 ids, int64 offsets) into `totals` (float64[texts]) and, when\n"
      "given, per-token `log_probs` (float64) and matched `lengths` (int32), both of length\n"
      "len(ids) + eos * texts. The GIL is released while scoring."},
+    {"distributions", (PyCFunction)Scorer_distributions, METH_VARARGS,
+     "distributions(ids, offsets, bos, out)\n--\n\n"
+     "Fills `out` (float32 [contexts, vocabulary], C-contiguous) with log P(w | [<s>] context)\n"
+     "in nats for every word w, one row per context (int32 ids, int64 offsets), as\n"
+     "NgramModel.next_token_log_probs. Needs the Scorer's CSR arrays. The GIL is released\n"
+     "for large outputs."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -537,10 +923,13 @@ static PyGetSetDef Scorer_getset[] = {
 static PyTypeObject ScorerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "lmserve.server.backends.ngram._kernel.Scorer",
-    .tp_doc = PyDoc_STR("Scorer(uni_prob, uni_backoff, tables, n_home, bos_id, eos_id)\n--\n\n"
+    .tp_doc = PyDoc_STR("Scorer(uni_prob, uni_backoff, tables, n_home, bos_id, eos_id, *,\n"
+                        "       child_start=None, words=None, probs=None, entries=None)\n--\n\n"
                         "One model's arrays, held for scoring: float64 unigram log-probs and\n"
                         "backoffs, and per order 2..N a probing table (uint64 pairs) and its\n"
-                        "number of home slots."),
+                        "number of home slots. `distributions` also needs the CSR arrays:\n"
+                        "child_start (int64, orders 1..N-1), words (int32) and probs (float32)\n"
+                        "of orders 2..N, and entries (int32 slot -> entry, orders 2..N)."),
     .tp_basicsize = sizeof(ScorerObject),
     .tp_itemsize = 0,
     .tp_flags = Py_TPFLAGS_DEFAULT,

@@ -15,6 +15,11 @@ class Scorer:
         n_home: tuple[int, ...],
         bos_id: int,
         eos_id: int,
+        *,
+        child_start: tuple[Buffer, ...] | None = None,
+        words: tuple[Buffer, ...] | None = None,
+        probs: tuple[Buffer, ...] | None = None,
+        entries: tuple[Buffer, ...] | None = None,
     ) -> None: ...
     def score(
         self,
@@ -27,3 +32,4 @@ class Scorer:
         lengths: Buffer | None = None,
         /,
     ) -> None: ...
+    def distributions(self, ids: Buffer, offsets: Buffer, bos: bool, out: Buffer, /) -> None: ...

@@ -24,6 +24,7 @@ all of a token's lookups before resolving them. `kernel="numpy"` is the vectoris
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,20 +74,26 @@ class NgramModel:
         if len(self._tables) != self.order - 1:
             raise ValueError(f"{len(self._tables)} scoring tables for order {self.order}")
         self._c: _kernel.Scorer | None = None
+        # The C kernel with the CSR arrays too, for `next_token_log_probs_batch`: made on first
+        # use, since checking those arrays reads the whole model (a memory map's every page).
+        self._c_dist: _kernel.Scorer | None = None
         self.kernel: Kernel = kernel or DEFAULT_KERNEL
         if self.kernel == "c":
             if _kernel is None:
                 raise RuntimeError("the C kernel is not built: run `make install`")
-            self._c = _kernel.Scorer(
-                self._uni_prob,
-                self._uni_backoff if self.order > 1 else np.zeros(len(self._uni_prob)),
-                tuple(t.words for t in self._tables),
-                tuple(t.n_home for t in self._tables),
-                self._vocab.bos_id,
-                self._vocab.eos_id,
-            )
+            self._c = _kernel.Scorer(*self._scorer_args())
         elif self.kernel != "numpy":
             raise ValueError(f"kernel must be 'c' or 'numpy', not {kernel!r}")
+
+    def _scorer_args(self) -> tuple[Any, ...]:
+        return (
+            self._uni_prob,
+            self._uni_backoff if self.order > 1 else np.zeros(len(self._uni_prob)),
+            tuple(t.words for t in self._tables),
+            tuple(t.n_home for t in self._tables),
+            self._vocab.bos_id,
+            self._vocab.eos_id,
+        )
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -305,4 +312,45 @@ class NgramModel:
             lo, hi = int(a.child_start[j][entry]), int(a.child_start[j][entry + 1])
             if hi > lo:
                 out[a.words[j + 1][lo:hi]] = a.probs[j + 1][lo:hi] + sum(backoffs[j + 1 :])
+        return out
+
+    def next_token_log_probs_batch(
+        self,
+        contexts: Sequence[Sequence[int]],
+        *,
+        bos: bool = True,
+        out: npt.NDArray[np.float32] | None = None,
+    ) -> npt.NDArray[np.float32]:
+        """`next_token_log_probs` of every context as one float32 array [len(contexts), V].
+
+        The C kernel fills all rows in one call (a row whose cut context another row has is
+        copied from it); the numpy kernel runs `next_token_log_probs` per row. `out`, when
+        given, must be a C-contiguous float32 [len(contexts), V] array; it is filled and
+        returned.
+        """
+        n_rows, n_vocab = len(contexts), len(self._vocab)
+        if out is None:
+            out = np.empty((n_rows, n_vocab), dtype=np.float32)
+        elif out.dtype != np.float32 or out.shape != (n_rows, n_vocab):
+            raise ValueError(
+                f"out must be float32 {(n_rows, n_vocab)}, not {out.dtype} {out.shape}"
+            )
+        if self.kernel != "c":
+            for i, context in enumerate(contexts):
+                out[i] = self.next_token_log_probs(context, bos=bos)
+            return out
+        scorer = self._c_dist
+        if scorer is None:
+            a = self._a
+            scorer = self._c_dist = _kernel.Scorer(
+                *self._scorer_args(),
+                child_start=tuple(a.child_start),
+                words=tuple(a.words[1:]),
+                probs=tuple(a.probs[1:]),
+                entries=tuple(t.entry for t in self._tables),
+            )
+        # Flattened through lists: ~4x cheaper than np.fromiter for a step's few short contexts.
+        offsets = np.array([0, *itertools.accumulate(map(len, contexts))], dtype=np.int64)
+        ids = np.array(list(itertools.chain.from_iterable(contexts)), dtype=np.int32)
+        scorer.distributions(ids, offsets, bos, out)
         return out
