@@ -76,7 +76,8 @@ def exhaustive(stepper: Stepper, prompt: list[int], params: BeamParams) -> list[
                 for i in range(length)
             ):
                 continue
-            total = float(sum(dist[seq[:i]][t] for i, t in enumerate(seq)))
+            # Summed in float64 as the search sums (the n-gram stepper's rows are float32).
+            total = sum(float(dist[seq[:i]][t]) for i, t in enumerate(seq))
             lpen = length_penalty(params.length_penalty, params.length_penalty_alpha, length)
             found.append((total / lpen, seq, total))
     found.sort(key=lambda f: -f[0])

@@ -155,3 +155,29 @@ def test_interpolated_stepper_equals_the_mixture(ngram: NgramModel) -> None:
     lp, state = stepper.step(np.array([4, 3]), state)
     np.testing.assert_allclose(lp[0], mix.next_token_log_probs([3, 4]), atol=1e-9)
     np.testing.assert_allclose(lp[1], mix.next_token_log_probs([3]), atol=1e-9)
+
+
+class _PerContext:
+    """An n-gram model seen without its batched call: the stepper's per-context loop."""
+
+    def __init__(self, model: NgramModel) -> None:
+        self.model = model
+        self.vocab = model.vocab
+        self.next_token_log_probs = model.next_token_log_probs
+
+
+@pytest.mark.parametrize("kernel", ["c", "numpy"])
+def test_ngram_steps_in_one_batched_float32_call(ngram: NgramModel, kernel: str) -> None:
+    model = NgramModel(ngram.arrays, kernel=kernel)  # type: ignore[arg-type]
+    batched = make_stepper(model)
+    loop = ContextStepper(_PerContext(model), max_context=model.order - 1)  # type: ignore[arg-type]
+    texts = [*_texts(model), [3, 4, 5], [], [3, 4, 5]]  # shared contexts, side by side and apart
+    got, state = batched.prefill(texts)
+    want, want_state = loop.prefill(texts)
+    assert got.dtype == np.float32 and want.dtype == np.float64 and state == want_state
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6, atol=1e-6)
+    tokens = np.array([3, 4, 5, 3, 2, 5, 3])
+    got, _ = batched.step(tokens, state)
+    want, _ = loop.step(tokens, want_state)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6, atol=1e-6)

@@ -15,8 +15,10 @@ Implementations:
   a step is one batched graph call with T = 1.
 - `ContextStepper`: any backend with `next_token_log_probs(context)`; the state is each row's
   token history (with an explicit `<s>`), kept to the last `max_context` ids. For an n-gram model
-  that is the last order-1 ids (KenLM's state), so a step costs one distribution per distinct
-  context in the batch (rows sharing a context, like beams or samples of one prompt, share it).
+  that is the last order-1 ids (KenLM's state), and a step is one batched call
+  (`next_token_log_probs_batch`, float32, in C); other backends cost one distribution per
+  distinct context in the batch (rows sharing a context, like beams or samples of one prompt,
+  share it).
 - `InterpolatedStepper`: one stepper per component, states side by side, the distributions mixed
   by log sum_i w_i p_i over the common vocabulary.
 
@@ -143,8 +145,9 @@ class ContextStepper:
     """Steps any backend through `next_token_log_probs`; the state is each row's recent ids.
 
     Each row's context starts with an explicit `<s>` (when bos) and is cut to the last
-    `max_context` ids (None: the whole history). A step asks the backend once per distinct
-    context in the batch, a tight loop: the n-gram engine has no batched next-token call.
+    `max_context` ids (None: the whole history). A backend with `next_token_log_probs_batch`
+    (the n-gram engine) gets one call for the whole batch and returns float32 rows; any other is
+    asked once per distinct context in the batch, a tight loop (float64 rows).
     """
 
     def __init__(self, backend: LanguageModelBackend, *, max_context: int | None = None) -> None:
@@ -164,12 +167,18 @@ class ContextStepper:
         return ((),) * batch
 
     def _distributions(self, state: ContextState) -> FloatArray:
+        # `<s>` is already in the context when the row started with one.
+        batched = getattr(self.backend, "next_token_log_probs_batch", None)
+        if batched is not None:
+            # One call for every row: the kernel copies a row whose context an earlier row has
+            # (no gather here, which would copy every row once more).
+            result: FloatArray = batched(state, bos=False)
+            return result
         out = np.empty((len(state), len(self.vocab)), dtype=np.float64)
         cache: dict[tuple[int, ...], FloatArray] = {}
         for i, context in enumerate(state):
             row = cache.get(context)
             if row is None:
-                # `<s>` is already in the context when the row started with one.
                 row = cache[context] = self.backend.next_token_log_probs(context, bos=False)
             out[i] = row
         return out
