@@ -282,3 +282,172 @@ def test_scorer_refuses_malformed_probing_tables() -> None:
         kernel_module.Scorer(np.zeros(3), np.zeros(3), (good,), (), 0, 1)
     with pytest.raises(OverflowError):
         kernel_module.Scorer(np.zeros(3), np.zeros(3), (good,), (-1,), 0, 1)
+
+
+# -- next-token distributions ----------------------------------------------------------------
+
+KENLM_TESTS = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "kenlm-tests"
+
+
+def _model_ngram(rng: random.Random, model: NgramModel) -> list[int]:
+    """The words of a random entry of a random order >= 2: a context that matches deep."""
+    a = model.arrays
+    k = rng.randrange(2, model.order + 1)
+    entry = rng.randrange(len(a.words[k - 1]))
+    words = []
+    for j in range(k, 1, -1):  # the entry's last word, then its prefix in order j-1
+        words.append(int(a.words[j - 1][entry]))
+        entry = int(np.searchsorted(a.child_start[j - 2], entry, side="right")) - 1
+    return [entry, *words[::-1]]
+
+
+def _random_contexts(rng: random.Random, model: NgramModel, n: int) -> list[list[int]]:
+    """Contexts of 0 to order+2 ids: the model's n-grams (each with some ids before it, so
+    that longer contexts are cut), frequent words, any id, <unk>, <s> and </s>."""
+    vocab = model.vocab
+    words = ("the", "and", "of", "lord", "unto", "said", "a", "b", "c")
+    frequent = [vocab.index[w] for w in words if w in vocab.index] or list(range(len(vocab)))
+    special = [vocab.unk_id, vocab.bos_id, vocab.eos_id]
+    contexts = []
+    for _ in range(n):
+        pool = rng.choice([frequent, list(range(len(vocab))), special + frequent])
+        context = [rng.choice(pool) for _ in range(rng.randrange(0, model.order + 3))]
+        if model.order > 1 and rng.random() < 0.5:
+            ngram = _model_ngram(rng, model)
+            context = context[: rng.randrange(0, 3)] + ngram[: rng.randrange(1, len(ngram) + 1)]
+        contexts.append(context)
+    return contexts
+
+
+def _python_rows(model: NgramModel, contexts: list[list[int]], bos: bool) -> np.ndarray:
+    return np.stack([model.next_token_log_probs(c, bos=bos) for c in contexts])
+
+
+@pytest.mark.parametrize("arpa", ["kjv3", "test.arpa", "test_nounk.arpa"])
+def test_distributions_equal_next_token_log_probs(
+    arpa: str, models: tuple[NgramModel, NgramModel]
+) -> None:
+    if arpa == "kjv3":
+        ref, c = models
+    else:  # KenLM's hand-made 5-grams: pruned contexts, missing prefixes, no <unk>
+        ref = NgramModel.from_arpa(KENLM_TESTS / arpa, kernel="numpy")
+        c = NgramModel(ref.arrays, kernel="c")
+    rng = random.Random(5)
+    contexts = [[], [], *_random_contexts(rng, ref, 150)]
+    for bos in (True, False):
+        want = _python_rows(ref, contexts, bos)
+        got = c.next_token_log_probs_batch(contexts, bos=bos)
+        assert got.dtype == np.float32 and got.shape == (len(contexts), len(ref.vocab))
+        np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6, atol=1e-6)
+        # The numpy kernel's batch is its per-row path, in float32.
+        np.testing.assert_array_equal(
+            ref.next_token_log_probs_batch(contexts, bos=bos), want.astype(np.float32)
+        )
+
+
+def test_distributions_are_normalised_and_shared_rows_equal(
+    models: tuple[NgramModel, NgramModel],
+) -> None:
+    c = models[1]
+    rng = random.Random(9)
+    base = _random_contexts(rng, c, 40)
+    # Repeated contexts, side by side and apart; and enough cells to release the GIL (4M).
+    contexts = [*base, *base[::-1], base[3], base[3], *_random_contexts(rng, c, 300)]
+    assert len(contexts) * len(c.vocab) >= 1 << 22
+    out = np.full((len(contexts), len(c.vocab)), np.nan, dtype=np.float32)
+    assert c.next_token_log_probs_batch(contexts, bos=True, out=out) is out
+    want = _python_rows(c, contexts, True).astype(np.float32)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    # lmplz's model is normalised; <s> (context only) is excluded.
+    mask = np.ones(len(c.vocab), dtype=np.bool_)
+    mask[c.vocab.bos_id] = False
+    sums = np.exp(out[:, mask].astype(np.float64)).sum(axis=1)
+    np.testing.assert_allclose(sums, 1.0, atol=1e-4)
+    assert c.next_token_log_probs_batch([]).shape == (0, len(c.vocab))
+
+
+def test_distributions_of_a_unigram_model(tmp_path: Path) -> None:
+    arpa = tmp_path / "uni.arpa"
+    arpa.write_text(
+        "\\data\\\nngram 1=4\n\n\\1-grams:\n"
+        "-1.0\t<s>\n-0.5\t</s>\n-2.0\t<unk>\n-0.3\ta\n\n\\end\\\n"
+    )
+    c = NgramModel.from_arpa(arpa, kernel="c")
+    contexts = [[], [3, 3], [0]]
+    for bos in (True, False):
+        want = _python_rows(c, contexts, bos).astype(np.float32)
+        np.testing.assert_array_equal(c.next_token_log_probs_batch(contexts, bos=bos), want)
+
+
+def test_distributions_reject_bad_input(models: tuple[NgramModel, NgramModel]) -> None:
+    c = models[1]
+    v = len(c.vocab)
+    with pytest.raises(ValueError, match="vocabulary id"):
+        c.next_token_log_probs_batch([[1, v]])
+    with pytest.raises(ValueError, match="vocabulary id"):
+        c.next_token_log_probs_batch([[-1]])
+    with pytest.raises(ValueError, match="out must be float32"):
+        c.next_token_log_probs_batch([[1]], out=np.empty((1, v)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="out must be float32"):
+        c.next_token_log_probs_batch([[1]], out=np.empty((2, v), np.float32))
+    c.next_token_log_probs_batch([[1]])
+    scorer = c._c_dist
+    assert scorer is not None
+    ids = np.array([1, 2, 3], np.int32)
+    out = np.empty((1, v), np.float32)
+    with pytest.raises(ValueError, match="offsets"):
+        scorer.distributions(ids, np.array([0, 2], np.int64), True, out)
+    with pytest.raises(ValueError, match="offsets"):
+        scorer.distributions(ids, np.array([0, 3, 1, 3], np.int64), True, np.empty((3, v), "f4"))
+    with pytest.raises(ValueError, match="shape"):
+        scorer.distributions(ids, np.array([0, 3], np.int64), True, np.empty((2, v), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        scorer.distributions(ids, np.array([0, 3], np.int64), True, np.empty(v, np.float32))
+    with pytest.raises(TypeError, match="float32"):
+        scorer.distributions(ids, np.array([0, 3], np.int64), True, np.empty((1, v)))
+    with pytest.raises(TypeError, match="ids"):
+        scorer.distributions(ids.astype(np.int64), np.array([0, 3], np.int64), True, out)
+    with pytest.raises((BufferError, ValueError), match="contiguous"):
+        scorer.distributions(ids, np.array([0, 3], np.int64), True, np.empty((v, 2), "f4").T[:1])
+    readonly = np.empty((1, v), np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises((BufferError, ValueError)):
+        scorer.distributions(ids, np.array([0, 3], np.int64), True, readonly)
+    # A Scorer made without the CSR arrays only scores.
+    assert c._c is not None
+    with pytest.raises(RuntimeError, match="CSR"):
+        c._c.distributions(ids, np.array([0, 3], np.int64), True, out)
+
+
+def test_scorer_refuses_malformed_csr_arrays(models: tuple[NgramModel, NgramModel]) -> None:
+    c = models[1]
+    a = c.arrays
+    tables = c._tables
+    good = {
+        "child_start": tuple(a.child_start),
+        "words": tuple(a.words[1:]),
+        "probs": tuple(a.probs[1:]),
+        "entries": tuple(t.entry for t in tables),
+    }
+    args = c._scorer_args()
+    kernel_module.Scorer(*args, **good)
+
+    def refused(exc: type[Exception], match: str, **changes: object) -> None:
+        with pytest.raises(exc, match=match):
+            kernel_module.Scorer(*args, **{**good, **changes})
+
+    refused(TypeError, "or none", entries=None)
+    refused(TypeError, "tuple", words=good["words"][:1])
+    start = a.child_start[0].copy()
+    start[5], start[6] = start[6], start[5] - 1
+    refused(ValueError, "child_start", child_start=(start, *a.child_start[1:]))
+    refused(ValueError, "child_start", child_start=(a.child_start[0][:-1], *a.child_start[1:]))
+    words = a.words[1].copy()
+    words[0] = len(c.vocab)
+    refused(ValueError, "vocabulary id", words=(words, *a.words[2:]))
+    refused(ValueError, "differ in length", probs=(a.probs[1][:-1], *a.probs[2:]))
+    refused(TypeError, "probs", probs=(a.probs[1].astype(np.float64), *a.probs[2:]))
+    entry = tables[0].entry.copy()
+    entry[np.flatnonzero(entry >= 0)[0]] = -1  # a used slot without an entry
+    refused(ValueError, "slot -> entry", entries=(entry, *good["entries"][1:]))
+    refused(ValueError, "slot -> entry", entries=(entry[:-1], *good["entries"][1:]))
