@@ -42,7 +42,7 @@ assert _RECORD.itemsize == 19  # packed: no alignment padding between fields
 _HEAD = np.array([_key(2, _LEN), _RECORD.itemsize - 2, _key(1, _I64)], dtype=np.uint8)
 # The constant bits of each count's uint32: its key, and the continuation bits of varint
 # bytes 0 and 1.
-_COUNT_KEYS = np.array([_key(2, _VARINT), _key(3, _VARINT)], dtype=np.int64) | 0x808000
+_COUNT_KEYS = np.array([[_key(2, _VARINT)], [_key(3, _VARINT)]], dtype=np.int64) | 0x808000
 
 
 def packed_text_scores(
@@ -54,9 +54,11 @@ def packed_text_scores(
     `ScoreResponse.MergeFromString`; None when a count does not fit (see the module doc).
 
     Few numpy calls on purpose: in a busy server each costs several microseconds."""
-    counts = np.stack((token_counts, oov_counts), axis=1)
+    n = len(log_probs)
+    # Row 0 the token counts, row 1 the OOV counts (np.stack would cost a dozen Python calls).
+    counts = np.concatenate((token_counts, oov_counts)).reshape(2, n)
     # As unsigned, a negative count is huge: one comparison rejects both cases.
-    if len(counts) and int(counts.view(np.uint64).max()) > MAX_PACKED_COUNT:
+    if n and int(counts.view(np.uint64).max()) > MAX_PACKED_COUNT:
         return None
     # The varint's 7-bit groups v[0:7], v[7:14], v[14:21] go to bits 8, 16 and 24.
     words = (
@@ -65,8 +67,8 @@ def packed_text_scores(
         | ((counts << 10) & 0xFF000000)
         | _COUNT_KEYS
     )
-    records = np.empty(len(counts), dtype=_RECORD)
+    records = np.empty(n, dtype=_RECORD)
     records["head"] = _HEAD
     records["log_prob"] = log_probs
-    records["counts"] = words
+    records["counts"] = words.T
     return records.tobytes()
