@@ -5,6 +5,9 @@ KenLM's); `score` throughput over `test.txt` in batches of 200 sentences (`</s>`
 KenLM's words/s) for the C kernel, the numpy kernel, the C kernel with the text encoding
 (`TextEncoder`, C `WordIndex`) and the encoding alone, next to `kenlm.Model.score` on the same
 lines; and one full next-word distribution, next to KenLM's state API (`BaseScore` per word).
+Batched next-word distributions (`next_token_log_probs_batch`, float32, one C call) at batch 1,
+8, 32 and 64 over contexts from the test set, interleaved with the per-row Python path that
+generation used before (`next_token_log_probs` per distinct context into a float64 [B, V]).
 
 The throughputs are measured interleaved (each run times every contender once, in turn), so a
 busy machine slows them alike; each record's `ratio_to_kenlm` is the median of the per-run ratios.
@@ -13,6 +16,7 @@ busy machine slows them alike; each record's `ratio_to_kenlm` is the median of t
 from __future__ import annotations
 
 import gc
+import random
 import statistics
 import sys
 import tempfile
@@ -24,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
+import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from common import (  # noqa: E402
     KJV_5GRAM_ARPA,
@@ -47,6 +52,7 @@ from lmserve.server.text.word import (  # noqa: E402
 )
 
 BATCH = 200
+DISTRIBUTION_BATCHES = (1, 8, 32, 64)
 
 
 def rss_mb() -> float:
@@ -65,6 +71,65 @@ def interleaved(contenders: dict[str, Callable[[], Any]], runs: int) -> dict[str
             fn()
             seconds[name].append(time.perf_counter() - start)
     return seconds
+
+
+def time_distributions(
+    model: NgramModel, contexts: list[tuple[int, ...]], reps: int, runs: int
+) -> tuple[list[float], list[float]]:
+    """ms per batch, per run: the batched C call, and the per-row Python path (interleaved)."""
+    vocab_size = len(model.vocab)
+    out = np.empty((len(contexts), vocab_size), dtype=np.float32)
+
+    def batched() -> None:
+        for _ in range(reps):
+            model.next_token_log_probs_batch(contexts, bos=False, out=out)
+
+    def per_row() -> None:  # what ContextStepper did before the batched call
+        for _ in range(reps):
+            rows = np.empty((len(contexts), vocab_size), dtype=np.float64)
+            cache: dict[tuple[int, ...], Any] = {}
+            for i, context in enumerate(contexts):
+                row = cache.get(context)
+                if row is None:
+                    row = cache[context] = model.next_token_log_probs(context, bos=False)
+                rows[i] = row
+
+    seconds = interleaved({"c": batched, "python": per_row}, runs)
+    return [s / reps * 1e3 for s in seconds["c"]], [s / reps * 1e3 for s in seconds["python"]]
+
+
+def batched_distributions(
+    model: NgramModel, token_lists: list[list[str]], runs: int
+) -> list[dict[str, Any]]:
+    """ms per batch of next-word distributions: one C call against the per-row Python path."""
+    rng = random.Random(0)
+    vocab_size = len(model.vocab)
+    sentences = [t for t in token_lists if t]
+    records = []
+    for size in DISTRIBUTION_BATCHES:
+        # A generation step's contexts: <s> and a test sentence's first words, cut to order-1.
+        contexts = []
+        for _ in range(size):
+            words = rng.choice(sentences)
+            prefix = words[: rng.randrange(0, len(words))]
+            ids = encode_token_lists([prefix], model.vocab).ids.tolist()
+            contexts.append(tuple([model.vocab.bos_id, *ids][-(model.order - 1) :]))
+        reps = max(4, (200 if quick() else 1000) // size)
+        c_ms, py_ms = time_distributions(model, contexts, reps, runs)
+        rec = record(
+            f"ngram_next_token_batch{size}_ms",
+            "ms",
+            c_ms,
+            batch=size,
+            distinct_contexts=len(set(contexts)),
+            vocab=vocab_size,
+            per_row_us=round(statistics.median(c_ms) / size * 1e3, 2),
+            python_per_row_path_ms=round(statistics.median(py_ms), 4),
+            python_per_row_us=round(statistics.median(py_ms) / size * 1e3, 2),
+            speedup=round(statistics.median(p / c for p, c in zip(py_ms, c_ms, strict=True)), 2),
+        )
+        records.append(rec)
+    return records
 
 
 def main() -> None:
@@ -178,6 +243,8 @@ def main() -> None:
 
         per_call = [s / (reps * len(ctx_ids)) * 1e3 for s in repeat(distributions, runs)]
         ours_next = record("ngram_next_token_log_probs_ms", "ms", per_call, vocab=len(model.vocab))
+        for rec in batched_distributions(model, token_lists, runs):
+            emit(rec)
 
         if ken is None:
             for rec in (binary_rec, *rates.values(), ours_next):
