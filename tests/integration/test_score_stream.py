@@ -4,6 +4,8 @@ request order, and a bad request ends the stream naming its index after the earl
 from __future__ import annotations
 
 import asyncio
+import queue
+import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 
@@ -63,6 +65,33 @@ def test_each_request_names_its_own_model(stub: Stub) -> None:
     streamed = list(stub.ScoreStream(iter(requests), timeout=10))
     assert streamed == [stub.Score(r, timeout=10) for r in requests]
     assert [r.model for r in streamed] == ["test", "kjv3", "test"]
+
+
+def test_lockstep_client_gets_each_answer_before_sending_the_next(stub: Stub) -> None:
+    # The server answers each request as it comes: it never waits for more to read ahead.
+    outbox: queue.Queue[pb.ScoreRequest | None] = queue.Queue()
+    outbox.put(pb.ScoreRequest(model="test", texts=BATCHES[0]))
+    call = stub.ScoreStream(iter(outbox.get, None), timeout=10)
+    answers = []
+    for response in call:
+        answers.append(response)
+        outbox.put(
+            pb.ScoreRequest(model="test", texts=BATCHES[len(answers)]) if len(answers) < 3 else None
+        )
+    assert [len(a.results) for a in answers] == [len(b) for b in BATCHES[:3]]
+
+
+def test_leaving_early_ends_the_stream_on_the_server(server: BackgroundServer, client: LmServeClient) -> None:
+    endless = iter(lambda: BATCHES[0], None)  # a stream that never ends by itself
+    for i, scores in enumerate(client.score_stream("test", endless)):
+        assert len(scores) == 2
+        if i == 5:
+            break
+    assert client.score("test", ["a"])  # the server still answers; the stream was cancelled
+    deadline = time.monotonic() + 5
+    while _inflight(server, "ScoreStream") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _inflight(server, "ScoreStream") == 0
 
 
 def test_bad_batch_mid_stream_names_its_index(client: LmServeClient) -> None:
@@ -138,16 +167,24 @@ def test_async_client_stream(server: BackgroundServer, client: LmServeClient) ->
     assert message.startswith("requests[1].texts: ")
 
 
+def _scrape(server: BackgroundServer) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _inflight(server: BackgroundServer, method: str) -> float:
+    return _scrape(server)[("lmserve_inflight_requests", frozenset({("method", method)}))]
+
+
 def test_stream_is_measured(server: BackgroundServer, client: LmServeClient) -> None:
     def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-        return {
-            (s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
+        return _scrape(server)
 
     def delta(name: str, **labels: str) -> float:
         key = (name, frozenset(labels.items()))
