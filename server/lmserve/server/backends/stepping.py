@@ -44,7 +44,13 @@ State = Any
 
 
 class Stepper(Protocol):
-    """Generation over one backend, one token per row per step (natural-log probabilities)."""
+    """Generation over one backend, one token per row per step (natural-log probabilities).
+
+    `releases_gil`: whether `step` spends its time outside the GIL (ONNX Runtime, torch), so
+    that other Python work can run during it (the scheduler streams tokens meanwhile).
+    """
+
+    releases_gil: bool
 
     @property
     def vocab(self) -> Vocabulary: ...
@@ -78,6 +84,8 @@ class Stepper(Protocol):
 
 class RecurrentStepper:
     """Steps a recurrent backend; its state is a tuple of [layers, batch, hidden] arrays."""
+
+    releases_gil = True  # ONNX Runtime and torch compute without the GIL
 
     def __init__(self, backend: RecurrentBackend) -> None:
         self.backend = backend
@@ -150,6 +158,8 @@ class ContextStepper:
     asked once per distinct context in the batch, a tight loop (float64 rows).
     """
 
+    releases_gil = False  # the n-gram kernel keeps it for a step's batch (too short to drop)
+
     def __init__(self, backend: LanguageModelBackend, *, max_context: int | None = None) -> None:
         self.backend = backend
         self.max_context = max_context
@@ -220,6 +230,8 @@ class InterpolatedStepper:
     def __init__(self, backend: InterpolatedBackend) -> None:
         self.backend = backend
         self.parts = [make_stepper(b) for b in backend.components]
+        # Mostly outside the GIL when a neural component dominates the step.
+        self.releases_gil = any(p.releases_gil for p in self.parts)
         words = backend.vocab.words
         self._maps = [
             np.array([b.vocab.index.get(w, b.vocab.unk_id) for w in words], dtype=np.int64)
