@@ -1,5 +1,6 @@
 """Score throughput and latency of the KJV 5-gram: KenLM in-process, our engine in-process, and
-through a real server (its own process) with one client, eight client processes, and single calls.
+through a real server (its own process) with one client (unary Score calls, and one ScoreStream),
+eight client processes, and single calls.
 
     python bench/bench_server_score.py [--runs 5] [--model-dir DIR] [--clients 8]
 
@@ -216,16 +217,28 @@ def bench_server(
                 for request in requests:
                     stub.Score(request, timeout=60)
 
+        # The pipelined way: every batch of every pass on one ScoreStream call.
+        def one_client_stream() -> None:
+            stream = (chunk for _ in range(passes) for chunk in chunks)
+            for _ in client.score_stream(model, stream, timeout=600):
+                pass
+
         one_client()
         raw_stub()
+        one_client_stream()
         seconds: list[float] = []
         raw_seconds: list[float] = []
+        stream_seconds: list[float] = []
         server_cpu: list[float] = []
+        stream_cpu: list[float] = []
         for _ in range(runs):
             cpu0 = server.cpu_seconds()
             seconds.append(timed(one_client))
             server_cpu.append(server.cpu_seconds() - cpu0)
             raw_seconds.append(timed(raw_stub))
+            cpu0 = server.cpu_seconds()
+            stream_seconds.append(timed(one_client_stream))
+            stream_cpu.append(server.cpu_seconds() - cpu0)
         total = words * passes
         results.append(
             rate_record(
@@ -258,6 +271,26 @@ def bench_server(
                 total,
                 raw_seconds,
                 note="prebuilt ScoreRequests on the generated stub: no client-library work",
+            )
+        )
+        results.append(
+            rate_record(
+                "server_score_1client_stream_words_per_s",
+                "words/s",
+                total,
+                stream_seconds,
+                batch_size=BATCH,
+                words_per_run=total,
+                server_cpu_seconds_per_run=round(statistics.median(stream_cpu), 3),
+                note="one LmServeClient.score_stream call per run over the same batches",
+            )
+        )
+        results.append(
+            record(
+                "server_score_1client_stream_vs_kenlm",
+                "ratio",
+                [total / s / kenlm_rate for s in stream_seconds],
+                note="server words/s (1 client, ScoreStream) / KenLM in-process words/s (median)",
             )
         )
         # The client's own request building + result conversion, without any network.
