@@ -81,7 +81,9 @@ def test_lockstep_client_gets_each_answer_before_sending_the_next(stub: Stub) ->
     assert [len(a.results) for a in answers] == [len(b) for b in BATCHES[:3]]
 
 
-def test_leaving_early_ends_the_stream_on_the_server(server: BackgroundServer, client: LmServeClient) -> None:
+def test_leaving_early_ends_the_stream_on_the_server(
+    server: BackgroundServer, client: LmServeClient
+) -> None:
     endless = iter(lambda: BATCHES[0], None)  # a stream that never ends by itself
     for i, scores in enumerate(client.score_stream("test", endless)):
         assert len(scores) == 2
