@@ -101,26 +101,30 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         A task reads ahead (a few requests at most) while a request is scored and its answer
         written, so the next one is already there rather than read only after the write has
         completed: measured 4-10% more throughput for one pipelining client."""
-        ahead: asyncio.Queue[pb.ScoreRequest | None] = asyncio.Queue(maxsize=_READ_AHEAD)
+        # Requests, then None at the end or the exception that ended the reading.
+        ahead: asyncio.Queue[pb.ScoreRequest | Exception | None] = asyncio.Queue(_READ_AHEAD)
 
         async def read_ahead() -> None:
             try:
                 async for request in request_iterator:
                     await ahead.put(request)
-            finally:
-                await ahead.put(None)  # the end, or the reader's failure (raised below)
+                await ahead.put(None)
+            except Exception as exc:  # raised by the handler, in its turn
+                await ahead.put(exc)
+            # Cancelled (the handler ended first): nothing to hand over, nobody waits.
 
         reader = asyncio.create_task(read_ahead())
         try:
             index = 0
             while (request := await ahead.get()) is not None:
+                if isinstance(request, Exception):
+                    raise request
                 try:
                     response = await self._score_request(request)
                 except LmServeError as exc:
                     raise _in_stream(index, exc) from None
                 yield response
                 index += 1
-            await reader  # re-raises what ended the reading, if it failed
         finally:
             reader.cancel()  # a no-op once it finished
 
