@@ -13,6 +13,7 @@ from lmserve.server.decoding.sampling import (
     SequenceSampler,
     _draw,
     _draw_full,
+    _threshold_weights,
     filtered_probs,
     process_logits,
     request_generators,
@@ -120,6 +121,28 @@ def test_plain_sampling_frequencies_over_a_multi_block_vocabulary() -> None:
     n = len(draws)
     chi2 = float((((observed - n * mass) ** 2) / (n * mass)).sum())
     assert chi2 < 27.88, (observed, n * mass)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(top_k=1), SamplingParams(top_k=7), SamplingParams(top_p=0.7),
+     SamplingParams(top_p=1e-9), SamplingParams(top_k=12, top_p=0.8, temperature=0.7),
+     SamplingParams(min_p=0.05), SamplingParams(top_p=0.95, min_p=0.02, temperature=1.4),
+     SamplingParams(top_k=40, min_p=0.3)],
+)  # fmt: skip
+def test_threshold_filters_equal_the_sorted_candidate_filters(params: SamplingParams) -> None:
+    # The sampling path (thresholds on p / p_max, ties by id) keeps exactly the tokens the
+    # reference path (a full stable sort of the candidates) keeps, with the same weights;
+    # tied values and banned tokens included.
+    rng = np.random.default_rng(params.top_k + int(100 * params.top_p))
+    logits = rng.normal(size=(6, 300)) * np.array([[0.2], [1.0], [2.0], [3.0], [5.0], [8.0]])
+    logits[:, 10:30] = logits[:, 3:4]  # a block of ties
+    logits[:, 40] = -np.inf
+    expected = filtered_probs(logits, [params] * 6, candidates=300)
+    weights = _threshold_weights(logits / params.temperature, [params] * 6)
+    assert weights.shape[1] % DRAW_BLOCK == 0 and not weights[:, 300:].any()
+    got = weights[:, :300] / weights.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
 def test_penalties_against_hand_computation() -> None:

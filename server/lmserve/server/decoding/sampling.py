@@ -21,13 +21,15 @@ one token per row in these steps (the order of the proto's `SamplingParams`):
    such prefix whose mass reaches typical_p).
 6. Draw by inverse CDF with one uniform from the row's own generator.
 
-Cost: a full sort of a 12k vocabulary costs ~0.45 ms a row, more than a model step at batch 64.
-Truncating rows therefore first cut to a candidate set with `np.argpartition` (the
-`candidates` most probable, at least top_k), sort only those, and fall back to a full sort for
-the rare row whose nucleus (or typical set) does not fit. Rows without truncation draw from the
-whole distribution in two levels (block sums, then one block: `_draw_full`), in the model's
-float32, with no full-vocabulary copy in float64; greedy rows only take an argmax. At batch 32
-over 10k tokens that took a step's sampling from 22 ms to 1.2 ms.
+Cost: a full argsort of a 12k vocabulary costs ~0.3 ms a row, more than a model step at batch 64,
+so no sampling path argsorts the vocabulary. Every non-greedy row draws in two levels (block
+sums, then one block: `_draw_blocks`) from weights p / p_max in the model's float32, with no
+full-vocabulary cumulative sum and no float64 copy. Untruncated rows use those weights as they
+are (`_draw_full`: at batch 32 over 10k tokens, 1.2 ms where a float64 cumsum path took 22 ms).
+top-k, top-p and min-p become thresholds on them (`_threshold_weights`: one value sort for
+top-p, one partition for top-k). typical-p ranks by distance to the entropy, so its rows cut to
+a candidate set with `np.argpartition`, sort only those (`_truncate`) and retry wider for the
+rare row whose set does not fit; `filtered_probs` also uses `_truncate`, the tests' reference.
 
 Reproducibility: each sequence owns a `numpy.random.Generator`, seeded from (request seed, sample
 index) (`request_generators`), and draws exactly one uniform per sampled step, so a seed gives the
@@ -198,22 +200,27 @@ def _truncate(
     min_p = np.array([p.min_p for p in params])
     typical = np.array([p.typical_p for p in params])
     c = min(v, max(candidates, int(top_k.max(initial=0))))
-    if c < v:  # O(V) selection of the c largest, then sort only those
-        part = np.argpartition(-logits, c - 1, axis=1)[:, :c]
+    if c < v:  # O(V) selection of the c largest (no negated copy), then sort only those
+        part = np.argpartition(logits, v - c, axis=1)[:, v - c :]
     else:
         part = np.broadcast_to(np.arange(v), (s, v))
     values = np.take_along_axis(logits, part, axis=1)
     order = np.argsort(-values, axis=1, kind="stable")
     cand = np.take_along_axis(part, order, axis=1)
-    values = np.take_along_axis(values, order, axis=1)
-    # Probabilities under the whole tempered distribution (normaliser over all V tokens).
-    top = logits.max(axis=1, keepdims=True)
-    log_z = top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+    values = np.take_along_axis(values, order, axis=1).astype(np.float64)
+    # Probabilities relative to the most probable token; only top-p without top-k needs them
+    # under the whole tempered distribution (a normaliser over all V tokens: an exp pass over
+    # the vocabulary, which every other filter is spared, being scale-free).
+    has_k = top_k > 0
+    log_z = values[:, :1].copy()
+    whole = np.flatnonzero((top_p < 1.0) & ~has_k)
+    if len(whole):
+        shifted = logits[whole] - values[whole, :1].astype(logits.dtype)
+        log_z[whole] += np.log(np.exp(shifted).sum(axis=1, dtype=np.float64, keepdims=True))
     probs = np.exp(values - log_z)
     pos = np.arange(c)[None, :]
     keep = np.isfinite(values)
     # top-k: the k most probable.
-    has_k = top_k > 0
     keep &= pos < np.where(has_k, top_k, c)[:, None]
     # top-p (Holtzman et al., 2020): keep token j while the mass before it is < p, i.e. the
     # smallest prefix reaching p. Renormalised over top-k's survivors; without top-k the
@@ -261,20 +268,32 @@ def _draw_full(logits: LogitArray, inv_temps: FloatArray, uniforms: FloatArray) 
     (0, 1], as `_draw` chooses, zero-weight tokens never.
 
     The weights exp((x - max) / T) are computed in place in the logits' precision (float32 for
-    neural models: numpy's SIMD exp). The draw then goes in two levels, summing in float64:
-    block sums of DRAW_BLOCK tokens pick the block holding the target, and a cumulative sum over
-    that block alone picks the token. A full-vocabulary cumsum per row (and its float64 copy)
-    cost several times the model step at batch 32; this costs about one pass over the logits.
+    neural models: numpy's SIMD exp), then drawn from by `_draw_blocks`. A full-vocabulary
+    cumsum per row (and its float64 copy) cost several times the model step at batch 32; this
+    costs about one pass over the logits.
     """
-    s, v = logits.shape
-    pad = (-v) % DRAW_BLOCK
-    weights = np.zeros((s, v + pad), dtype=logits.dtype)  # the padding keeps weight 0
-    body = weights[:, :v]
+    weights, body = _padded(logits)
     np.subtract(logits, logits.max(axis=1, keepdims=True), out=body)
     if np.any(inv_temps != 1.0):
         body *= inv_temps.astype(logits.dtype)[:, None]
     np.exp(body, out=body)
-    blocks = weights.reshape(s, (v + pad) // DRAW_BLOCK, DRAW_BLOCK)
+    return _draw_blocks(weights, uniforms)
+
+
+def _padded(logits: LogitArray) -> tuple[LogitArray, LogitArray]:
+    """A zeroed [S, V + pad] buffer of whole DRAW_BLOCKs (the padding keeps weight 0) and its
+    [S, V] view to fill."""
+    s, v = logits.shape
+    weights = np.zeros((s, v + (-v) % DRAW_BLOCK), dtype=logits.dtype)
+    return weights, weights[:, :v]
+
+
+def _draw_blocks(weights: LogitArray, uniforms: FloatArray) -> IdArray:
+    """`_draw` over non-negative weights [S, n * DRAW_BLOCK], in two levels summing in float64:
+    block sums pick the block holding the target u * total, then a cumulative sum over that
+    block alone picks the token."""
+    s, width = weights.shape
+    blocks = weights.reshape(s, width // DRAW_BLOCK, DRAW_BLOCK)
     # einsum's summing loop is ~4x faster here than .sum(axis=2) over short rows.
     block_sums = np.einsum("sbk->sb", blocks).astype(np.float64)
     cumulative = np.cumsum(block_sums, axis=1)
@@ -293,6 +312,62 @@ def _draw_full(logits: LogitArray, inv_temps: FloatArray, uniforms: FloatArray) 
     return token
 
 
+def _threshold_weights(tempered: LogitArray, params: Sequence[SamplingParams]) -> LogitArray:
+    """Step 5 without typical-p, as thresholds: padded weights (see `_padded`) holding
+    p / p_max for the tokens top-k, top-p and min-p keep and 0 for the others.
+
+    top-k and top-p keep a prefix of the tokens ordered by probability (ties by id): its length
+    comes from one sort of the weights (top-p renormalised over top-k's survivors, whose mass
+    is the prefix's), and the prefix is every token above the length-th weight plus the ties at
+    it in id order. No argsort: a value sort over 12k tokens costs a fifth of an argsort, and
+    the draw needs no order. min-p is a threshold on p / p_max itself.
+    """
+    s, v = tempered.shape
+    weights, body = _padded(tempered)
+    np.subtract(tempered, tempered.max(axis=1, keepdims=True), out=body)
+    np.exp(body, out=body)
+    length = np.array([min(p.top_k, v) if p.top_k > 0 else v for p in params], dtype=np.int64)
+    top_p = np.array([p.top_p for p in params])
+    min_p = np.array([p.min_p for p in params], dtype=tempered.dtype)
+    threshold = np.zeros(s, dtype=body.dtype)  # the length-th largest weight of a cut row
+    nucleus = np.flatnonzero(top_p < 1.0)
+    if len(nucleus):
+        ranked, view = _padded(body[nucleus])
+        view[:] = np.sort(body[nucleus], axis=1)[:, ::-1]
+        limited = np.flatnonzero(length[nucleus] < v)
+        if len(limited):  # top-p over top-k's survivors: their mass only
+            view[limited] *= np.arange(v)[None, :] < length[nucleus[limited], None]
+        # The prefix ends at the first token whose cumulative mass reaches p (the two-level
+        # search of the draw, with u = p): every token before it has mass before it < p.
+        last = _draw_blocks(ranked, top_p[nucleus])
+        length[nucleus] = np.minimum(length[nucleus], last + 1)
+        threshold[nucleus] = view[np.arange(len(nucleus)), length[nucleus] - 1]
+    only_k = np.flatnonzero((length < v) & (top_p >= 1.0))
+    for k in np.unique(length[only_k]).tolist():  # one O(V) partition per distinct k
+        rows = only_k[length[only_k] == k]
+        threshold[rows] = np.partition(body[rows], v - k, axis=1)[:, v - k]
+    cut = np.flatnonzero(length < v)
+    if len(cut):
+        whole = len(cut) == s
+        sub = body if whole else body[cut]
+        bound = threshold[cut][:, None]
+        above = sub > bound
+        ties = sub == bound
+        room = length[cut] - above.sum(axis=1)
+        keep = above | ties
+        crowded = np.flatnonzero(ties.sum(axis=1) > room)  # more ties than places: by id
+        if len(crowded):
+            first = np.cumsum(ties[crowded], axis=1) <= room[crowded, None]
+            keep[crowded] = above[crowded] | (ties[crowded] & first)
+        if whole:
+            body *= keep
+        else:
+            body[cut] = sub * keep
+    if np.any(min_p > 0):
+        body *= body >= min_p[:, None]
+    return weights
+
+
 def _sample_rows(
     logits: LogitArray,
     params: Sequence[SamplingParams],
@@ -306,13 +381,22 @@ def _sample_rows(
         return _draw_full(logits, 1.0 / temps, uniforms)
     out = np.empty(len(params), dtype=np.int64)
     trunc = np.array(truncates, dtype=bool)
+    typical = np.array([p.typical_p < 1.0 for p in params], dtype=bool)
     plain = np.flatnonzero(~trunc)
     if len(plain):
         out[plain] = _draw_full(logits[plain], 1.0 / temps[plain], uniforms[plain])
-    rows = np.flatnonzero(trunc)
+    thresholds = np.flatnonzero(trunc & ~typical)
+    if len(thresholds):
+        tempered = logits[thresholds] / temps[thresholds, None].astype(logits.dtype)
+        weights = _threshold_weights(tempered, [params[i] for i in thresholds.tolist()])
+        out[thresholds] = _draw_blocks(weights, uniforms[thresholds])
+    rows = np.flatnonzero(typical)
+    if not len(rows):
+        return out
+    # typical-p ranks by distance to the entropy, not by probability: cut to the candidates;
+    # rows whose set did not fit try again with as many as they need (at least twice as many),
+    # up to the whole vocabulary (always decided).
     tempered = logits[rows] / temps[rows, None].astype(logits.dtype)
-    # Cut to the candidates; rows whose nucleus (or typical set) did not fit try again with
-    # 8x as many, up to the whole vocabulary (always decided).
     width = candidates
     pending = np.arange(len(rows))
     while len(pending):
@@ -324,8 +408,29 @@ def _sample_rows(
             chosen = np.take_along_axis(cand[done], picks[:, None], axis=1)[:, 0]
             out[rows[pending[done]]] = chosen
         pending = pending[~complete]
-        width = min(width * 8, logits.shape[1])
+        if len(pending):
+            width = _needed_width(tempered[pending], [params[i] for i in rows[pending]], width)
     return out
+
+
+def _needed_width(logits: LogitArray, params: Sequence[SamplingParams], tried: int) -> int:
+    """How many candidates rows need whose top-p (or min-p) set did not fit in `tried`: one more
+    than the largest set, found from the sorted values alone (a value sort costs a fifth of an
+    argsort over the vocabulary), and at least 2 * tried so that ties cannot stall it. Rows
+    with typical-p (whose set is not a prefix of the probability order) get the vocabulary."""
+    v = logits.shape[1]
+    if any(p.typical_p < 1.0 for p in params):
+        return v
+    values = np.sort(logits, axis=1)[:, ::-1]
+    probs = np.exp(values - values[:, :1])
+    probs /= probs.sum(axis=1, keepdims=True)
+    top_p = np.array([p.top_p for p in params])[:, None]
+    min_p = np.array([p.min_p for p in params])[:, None]
+    mass_before = np.cumsum(probs, axis=1) - probs
+    nucleus = np.where(top_p < 1.0, (mass_before < top_p).sum(axis=1, keepdims=True), v)
+    above_min = (probs >= min_p * probs[:, :1]).sum(axis=1, keepdims=True)
+    kept = int(np.minimum(nucleus, above_min).max())
+    return min(v, max(kept + 1, 2 * tried))
 
 
 def filtered_probs(
