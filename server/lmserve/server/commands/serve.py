@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
+    from lmserve.server.allocator import keep_freed_memory
     from lmserve.server.app import serve
     from lmserve.server.logging_setup import setup_logging
 
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"lmserve serve: bad settings: {exc}", file=sys.stderr)
         return 2
     setup_logging(settings.log_level)
+    keep_freed_memory()  # per-step numpy temporaries stay mapped (see allocator.py)
     try:
         asyncio.run(serve(settings))
     except OSError as exc:  # no repository folder, port taken
