@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import queue
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
 from integration_data import MAX_TEXTS
-from prometheus_client.parser import text_string_to_metric_families
+from metrics_scrape import scrape
 
 from lmserve.client import (
     AsyncLmServeClient,
@@ -169,34 +168,20 @@ def test_async_client_stream(server: BackgroundServer, client: LmServeClient) ->
     assert message.startswith("requests[1].texts: ")
 
 
-def _scrape(server: BackgroundServer) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
 def _inflight(server: BackgroundServer, method: str) -> float:
-    return _scrape(server)[("lmserve_inflight_requests", frozenset({("method", method)}))]
+    return scrape(server)[("lmserve_inflight_requests", frozenset({("method", method)}))]
 
 
 def test_stream_is_measured(server: BackgroundServer, client: LmServeClient) -> None:
-    def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-        return _scrape(server)
-
     def delta(name: str, **labels: str) -> float:
         key = (name, frozenset(labels.items()))
         return after.get(key, 0.0) - before.get(key, 0.0)
 
-    before = scrape()
+    before = scrape(server)
     list(client.score_stream("test", BATCHES))
     with pytest.raises(InvalidArgumentError):
         list(client.score_stream("test", [BATCHES[0], []]))
-    after = scrape()
+    after = scrape(server)
     total = "lmserve_requests_total"
     assert delta(total, method="ScoreStream", model="test", code="OK") == 1
     assert delta(total, method="ScoreStream", model="test", code="INVALID_ARGUMENT") == 1

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import urllib.request
-
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from metrics_scrape import scrape
 
 from lmserve.server.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
-
-
-def _scrape(server: BackgroundServer) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def _value(samples: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
@@ -31,14 +18,14 @@ def _value(samples: dict, name: str, **labels: str) -> float:  # type: ignore[ty
 def test_metrics_count_requests_tokens_and_models(
     server: BackgroundServer, stub: lm_service_pb2_grpc.LanguageModelServiceStub
 ) -> None:
-    before = _scrape(server)
+    before = scrape(server)
     stub.Score(pb.ScoreRequest(model="test", texts=["a little", "looking on"]))
     stub.Score(pb.ScoreRequest(model="test", texts=["a"]))
     with pytest.raises(grpc.RpcError):
         stub.Score(pb.ScoreRequest(model="no-such-model", texts=["a"]))
     with pytest.raises(grpc.RpcError):
         stub.Score(pb.ScoreRequest(model="test"))
-    after = _scrape(server)
+    after = scrape(server)
 
     def delta(name: str, **labels: str) -> float:
         return _value(after, name, **labels) - _value(before, name, **labels)
