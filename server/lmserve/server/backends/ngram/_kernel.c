@@ -183,6 +183,25 @@ probe(const Order *o, uint64_t key, uint64_t slot)
 
 /* ---- Scorer ------------------------------------------------------------------------------- */
 
+/* A batch's text boundaries: offsets[0] == 0, non-decreasing, ending at n_ids. Returns the
+ * number of texts, or -1 with ValueError set. */
+static Py_ssize_t
+check_offsets(const int64_t *off, Py_ssize_t n_off, Py_ssize_t n_ids)
+{
+    if (n_off < 1 || off[0] != 0 || off[n_off - 1] != n_ids) {
+        PyErr_SetString(PyExc_ValueError, "offsets must start at 0 and end at len(ids)");
+        return -1;
+    }
+    for (Py_ssize_t t = 0; t + 1 < n_off; t++) {
+        if (off[t + 1] < off[t]) {
+            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
+            return -1;
+        }
+    }
+    return n_off - 1;
+}
+
+
 static void
 Scorer_dealloc(ScorerObject *self)
 {
@@ -565,12 +584,11 @@ Scorer_score(ScorerObject *self, PyObject *args)
     }
     const int32_t *id = ids.buf;
     const int64_t *off = offsets.buf;
-    Py_ssize_t n_ids = view_len(&ids), n_off = view_len(&offsets);
-    if (n_off < 1 || off[0] != 0 || off[n_off - 1] != n_ids) {
-        PyErr_SetString(PyExc_ValueError, "offsets must start at 0 and end at len(ids)");
+    Py_ssize_t n_ids = view_len(&ids);
+    Py_ssize_t n_texts = check_offsets(off, view_len(&offsets), n_ids);
+    if (n_texts < 0) {
         goto done;
     }
-    Py_ssize_t n_texts = n_off - 1;
     if (totals.len != n_texts * (Py_ssize_t)sizeof(double)) {
         PyErr_SetString(PyExc_ValueError, "totals must be float64[len(offsets) - 1]");
         goto done;
@@ -581,12 +599,6 @@ Scorer_score(ScorerObject *self, PyObject *args)
             lens.len != n_out * (Py_ssize_t)sizeof(int32_t)) {
             PyErr_SetString(PyExc_ValueError,
                             "log_probs/lengths must be float64/int32[len(ids) + eos * texts]");
-            goto done;
-        }
-    }
-    for (Py_ssize_t t = 0; t < n_texts; t++) {
-        if (off[t + 1] < off[t]) {
-            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
             goto done;
         }
     }
@@ -847,17 +859,10 @@ Scorer_distributions(ScorerObject *self, PyObject *args)
     }
     const int32_t *id = ids.buf;
     const int64_t *off = offsets.buf;
-    Py_ssize_t n_ids = view_len(&ids), n_off = view_len(&offsets);
-    if (n_off < 1 || off[0] != 0 || off[n_off - 1] != n_ids) {
-        PyErr_SetString(PyExc_ValueError, "offsets must start at 0 and end at len(ids)");
+    Py_ssize_t n_ids = view_len(&ids);
+    Py_ssize_t n_rows = check_offsets(off, view_len(&offsets), n_ids);
+    if (n_rows < 0) {
         goto done;
-    }
-    Py_ssize_t n_rows = n_off - 1;
-    for (Py_ssize_t t = 0; t < n_rows; t++) {
-        if (off[t + 1] < off[t]) {
-            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
-            goto done;
-        }
     }
     for (Py_ssize_t i = 0; i < n_ids; i++) {
         if (id[i] < 0 || id[i] >= self->vocab_size) {
