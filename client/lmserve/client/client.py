@@ -7,6 +7,7 @@ of `types.py`, failures raised as the exceptions of `errors.py`. Log-probabiliti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
@@ -327,6 +328,43 @@ async def _aiter(batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs]) -> A
             yield batch
 
 
+class _AsyncRequests(Generic[R]):
+    """The async twin of `_CapturingIterator`: requests built from sync or async batches, with
+    the exception that stopped building them kept, so the caller gets it instead of the
+    CANCELLED (or a CancelledError) that gRPC turns it into."""
+
+    def __init__(
+        self, batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs], build: Any
+    ) -> None:
+        self._batches = batches
+        self._build = build
+        self.error: BaseException | None = None
+
+    async def __aiter__(self) -> AsyncIterator[R]:
+        try:
+            async for batch in _aiter(self._batches):
+                yield self._build(batch)
+        except Exception as exc:
+            self.error = exc
+            raise
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """Around the call: the requests' own exception first, else the RPC's, mapped."""
+        try:
+            yield
+        except grpc.RpcError as exc:
+            if self.error is not None:
+                raise self.error from None
+            raise from_rpc_error(exc) from None
+        except asyncio.CancelledError:
+            if self.error is not None:
+                raise self.error from None
+            raise
+        if self.error is not None:  # the server saw a short, valid stream
+            raise self.error
+
+
 class AsyncLmServeClient:
     """asyncio client with the same methods as LmServeClient, to be awaited.
 
@@ -414,33 +452,16 @@ class AsyncLmServeClient:
     ) -> AsyncIterator[list[TextScore]]:
         """As `LmServeClient.score_stream`, from sync or async batches:
         `async for scores in client.score_stream(model, batches)`."""
-        error: list[BaseException] = []
-
-        async def requests() -> AsyncIterator[pb.ScoreRequest]:
-            try:
-                async for batch in _aiter(batches):
-                    yield req.score_request(model, batch, bos, eos, return_tokens)
-            except Exception as exc:
-                error.append(exc)
-                raise
-
-        call = self._stub.ScoreStream(requests(), timeout=self._t(timeout))
+        requests: _AsyncRequests[pb.ScoreRequest] = _AsyncRequests(
+            batches, lambda batch: req.score_request(model, batch, bos, eos, return_tokens)
+        )
+        call = self._stub.ScoreStream(requests.__aiter__(), timeout=self._t(timeout))
         try:
-            async for resp in call:
-                yield _scores(resp, return_tokens)
-        except grpc.RpcError as exc:
-            if error:
-                raise error[0] from None
-            raise from_rpc_error(exc) from None
-        except asyncio.CancelledError:
-            # gRPC cancels the call when the request iterator fails: report the cause instead.
-            if error:
-                raise error[0] from None
-            raise
+            with requests.errors():
+                async for resp in call:
+                    yield _scores(resp, return_tokens)
         finally:
             call.cancel()
-        if error:
-            raise error[0]
 
     async def perplexity(
         self,
@@ -468,29 +489,11 @@ class AsyncLmServeClient:
         timeout: float | None = None,
     ) -> PerplexityStats:
         """Streams sync or async batches; one answer at the end."""
-        error: list[BaseException] = []
-
-        async def requests() -> AsyncIterator[pb.CorpusPerplexityRequest]:
-            try:
-                async for batch in _aiter(batches):
-                    yield req.corpus_request(model, batch, bos, eos)
-            except Exception as exc:
-                error.append(exc)
-                raise
-
-        try:
-            resp = await self._stub.CorpusPerplexity(requests(), timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            if error:
-                raise error[0] from None
-            raise from_rpc_error(exc) from None
-        except asyncio.CancelledError:
-            # gRPC cancels the call when the request iterator fails: report the cause instead.
-            if error:
-                raise error[0] from None
-            raise
-        if error:
-            raise error[0]
+        requests: _AsyncRequests[pb.CorpusPerplexityRequest] = _AsyncRequests(
+            batches, lambda batch: req.corpus_request(model, batch, bos, eos)
+        )
+        with requests.errors():
+            resp = await self._stub.CorpusPerplexity(requests.__aiter__(), timeout=self._t(timeout))
         return PerplexityStats.from_proto(resp.stats)
 
     async def generate(
