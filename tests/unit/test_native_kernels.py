@@ -22,6 +22,11 @@ KJV3 = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "kjv" / 
 KJV3 = KJV3 / "kjv.3gram.arpa"
 SPECIALS = ["<s>", "</s>", "<unk>"]
 
+# A unigram model: the C kernel's order-1 paths.
+UNIGRAM_ARPA = (
+    "\\data\\\nngram 1=4\n\n\\1-grams:\n-1.0\t<s>\n-0.5\t</s>\n-2.0\t<unk>\n-0.3\ta\n\n\\end\\\n"
+)
+
 
 def test_extensions_are_built() -> None:
     assert c_kernel_available()
@@ -137,10 +142,7 @@ def test_scorer_rejects_bad_input(models: tuple[NgramModel, NgramModel]) -> None
 
 def test_unigram_model_in_c(tmp_path: Path) -> None:
     arpa = tmp_path / "uni.arpa"
-    arpa.write_text(
-        "\\data\\\nngram 1=4\n\n\\1-grams:\n"
-        "-1.0\t<s>\n-0.5\t</s>\n-2.0\t<unk>\n-0.3\ta\n\n\\end\\\n"
-    )
+    arpa.write_text(UNIGRAM_ARPA)
     ref = NgramModel.from_arpa(arpa, kernel="numpy")
     c = NgramModel(ref.arrays, kernel="c")
     _assert_same(ref, c, encode_token_lists([["a", "b", "a"], [], ["<s>"]], ref.vocab))
@@ -368,10 +370,7 @@ def test_distributions_are_normalised_and_shared_rows_equal(
 
 def test_distributions_of_a_unigram_model(tmp_path: Path) -> None:
     arpa = tmp_path / "uni.arpa"
-    arpa.write_text(
-        "\\data\\\nngram 1=4\n\n\\1-grams:\n"
-        "-1.0\t<s>\n-0.5\t</s>\n-2.0\t<unk>\n-0.3\ta\n\n\\end\\\n"
-    )
+    arpa.write_text(UNIGRAM_ARPA)
     c = NgramModel.from_arpa(arpa, kernel="c")
     contexts = [[], [3, 3], [0]]
     for bos in (True, False):
