@@ -16,9 +16,10 @@ event loop keeps streaming while the model computes. Every iteration:
    (vectorised, with each sequence's own seeded generator, so a seeded request gives the same
    tokens alone or batched with any others);
 4. detokenizes, checks stop conditions, removes finished sequences;
-5. advances the remaining sequences with ONE `Stepper.step` over the whole batch, on a stepping
-   thread, while this thread posts the new events to the streams (one hand-over to the event
-   loop per iteration), so the streaming overlaps the model's work.
+5. posts the new events to the streams (one hand-over to the event loop per iteration) and
+   advances the remaining sequences with ONE `Stepper.step` over the whole batch; for a model
+   that steps without the GIL a courier thread wakes the event loop during the step, so the
+   streaming overlaps the model's work (`_Courier`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,13 +138,12 @@ class GenerationScheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.active: list[_Sequence] = []
         self.steps = 0
-        # Runs each batched step of a model that releases the GIL (ONNX Runtime, torch), so the
-        # scheduler thread posts events meanwhile; for one that holds it (the n-gram kernel)
-        # the hand-over between threads would only add time (measured 12% at one stream).
-        self._stepping = (
-            ThreadPoolExecutor(1, thread_name_prefix=f"lmserve-step-{model}")
-            if getattr(stepper, "releases_gil", False)
-            else None
+        # For a model that steps without the GIL (ONNX Runtime, torch), events go to the event
+        # loop through a courier thread, which wakes the loop while the model computes; for one
+        # that keeps the GIL (the n-gram kernel) the hand-over would only add time (12% at one
+        # stream, measured), so this thread posts them itself.
+        self._courier = (
+            _Courier(f"lmserve-post-{model}") if getattr(stepper, "releases_gil", False) else None
         )
         self._thread = threading.Thread(
             target=self._run, name=f"lmserve-generate-{model}", daemon=True
@@ -181,8 +180,8 @@ class GenerationScheduler:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout)
-        if self._stepping is not None:
-            self._stepping.shutdown(wait=False)
+        if self._courier is not None:
+            self._courier.close()
 
     # -- the scheduler thread --------------------------------------------------------------
 
@@ -318,17 +317,9 @@ class GenerationScheduler:
         if not self.active:
             self._post_events(events)
             return log_probs_kept if log_probs_kept is not None else log_probs[:0], state
-        # A model that computes outside the GIL steps on the stepping thread while this one
-        # hands the tokens to the event loop: streaming them overlaps the step instead of
-        # delaying it (a hand-over waits for the GIL while the event loop writes messages).
-        tokens = np.asarray(next_tokens, dtype=np.int64)
-        if self._stepping is None:  # a step that holds the GIL: nothing to overlap
-            self._post_events(events)
-            new_lp, state = self.stepper.step(tokens, state)
-        else:
-            stepped = self._stepping.submit(self.stepper.step, tokens, state)
-            self._post_events(events)
-            new_lp, state = stepped.result()
+        # Posted before the step; with a courier the event loop streams them during it.
+        self._post_events(events)
+        new_lp, state = self.stepper.step(np.asarray(next_tokens, dtype=np.int64), state)
         self.steps += 1
         return new_lp, state
 
@@ -363,8 +354,10 @@ class GenerationScheduler:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(_deliver, items)
+        if self._courier is not None:
+            self._courier.send(loop, items)
+        else:
+            _wake(loop, items)
 
     def _fail_all(self, exc: BaseException) -> None:
         streams = {seq.stream: None for seq in self.active}
@@ -399,9 +392,59 @@ class GenerationScheduler:
             self._metrics.pending_requests.labels(model=self.model).set(count)
 
 
-def _deliver(items: list[tuple[GenerationStream, list[Event] | BaseException]]) -> None:
+Items = list[tuple[GenerationStream, list[Event] | BaseException]]
+
+
+def _deliver(items: Items) -> None:
     for stream, item in items:
         stream._put(item)
+
+
+def _wake(loop: asyncio.AbstractEventLoop, items: Items) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        loop.call_soon_threadsafe(_deliver, items)
+
+
+class _Courier:
+    """Carries event batches to the event loop from a thread of its own.
+
+    Waking the loop (`call_soon_threadsafe` writes to its self-pipe) lets it take the GIL at
+    once and write its messages, so the thread that woke it waits for the GIL meanwhile. The
+    scheduler therefore only queues the batch here and goes on into the model step, which
+    releases the GIL: this thread wakes the loop during the step. Batches keep their order.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._items: Items = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._closed = False
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def send(self, loop: asyncio.AbstractEventLoop, items: Items) -> None:
+        with self._lock:
+            self._loop = loop
+            self._items.extend(items)
+        self._ready.set()
+
+    def close(self) -> None:
+        """Delivers what was sent, then ends the thread."""
+        self._closed = True
+        self._ready.set()
+
+    def _run(self) -> None:
+        while True:
+            self._ready.wait()
+            self._ready.clear()
+            closed = self._closed  # read before taking the items: nothing sent after close
+            with self._lock:
+                items, self._items = self._items, []
+                loop = self._loop
+            if items and loop is not None and not loop.is_closed():
+                _wake(loop, items)
+            if closed:
+                return
 
 
 class SchedulerPool:
