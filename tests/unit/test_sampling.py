@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
+from lmserve.server.decoding.reference_sampling import draw_cumulative, filtered_probs
 from lmserve.server.decoding.sampling import (
     DRAW_BLOCK,
     SequenceSampler,
-    _draw,
     _draw_full,
     _threshold_weights,
-    filtered_probs,
     process_logits,
     request_generators,
     sample_next,
@@ -88,7 +87,8 @@ def test_two_level_draw_equals_the_full_cumulative_draw(vocab: int, temperature:
     uniforms = 1.0 - rng.random(400)
     uniforms[:3] = 1.0  # the top of the CDF
     inv = np.full(400, 1.0 / temperature)
-    expected = _draw(np.exp((logits - logits.max(axis=1, keepdims=True)) * inv[:, None]), uniforms)
+    weights = np.exp((logits - logits.max(axis=1, keepdims=True)) * inv[:, None])
+    expected = draw_cumulative(weights, uniforms)
     np.testing.assert_array_equal(_draw_full(logits, inv, uniforms), expected)
     assert np.isfinite(logits[np.arange(400), expected]).all()
 

@@ -29,8 +29,8 @@ are (`_draw_full`: at batch 32 over 10k tokens, 1.2 ms where a float64 cumsum pa
 The filters become thresholds on them (`_threshold_weights`): one value sort for top-p, one
 partition per distinct k for top-k, a comparison for min-p, and for typical-p a bisection over
 the sorted distances to the entropy (`_typical_set`). `bench/bench_sampling.py` measures each.
-`_truncate` (candidates by `np.argpartition`, then sorted) computes the same filters the
-straightforward way: `filtered_probs`, the tests' reference, uses it.
+`reference_sampling` computes the same filters the straightforward way (candidates, sorted):
+the tests check these thresholds and draws against it.
 
 Reproducibility: each sequence owns a `numpy.random.Generator`, seeded from (request seed, sample
 index) (`request_generators`), and draws exactly one uniform per sampled step, so a seed gives the
@@ -57,7 +57,6 @@ IdArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 # Logits as sampling holds them: the model's float32 (or float64) log-probs, copied once.
 LogitArray = npt.NDArray[np.floating[Any]]
-DEFAULT_CANDIDATES = 256
 # The whole-vocabulary draw finds its token in two levels: blocks of this many tokens, then
 # the token inside the chosen block (see `_draw_full`).
 DRAW_BLOCK = 128
@@ -189,84 +188,10 @@ def process_logits(
     return logits
 
 
-def _truncate(
-    logits: LogitArray, params: Sequence[SamplingParams], candidates: int
-) -> tuple[IdArray, FloatArray, BoolArray]:
-    """Step 5 on tempered logits [S, V]: candidate ids [S, C] (most probable first), their kept
-    probabilities [S, C] (0 where a filter dropped them; not renormalised), and whether the row
-    was decided within the C candidates (else it must be redone with C = V)."""
-    s, v = logits.shape
-    top_k = np.array([p.top_k for p in params], dtype=np.int64)
-    top_p = np.array([p.top_p for p in params])
-    min_p = np.array([p.min_p for p in params])
-    typical = np.array([p.typical_p for p in params])
-    c = min(v, max(candidates, int(top_k.max(initial=0))))
-    if c < v:  # O(V) selection of the c largest (no negated copy), then sort only those
-        part = np.argpartition(logits, v - c, axis=1)[:, v - c :]
-    else:
-        part = np.broadcast_to(np.arange(v), (s, v))
-    values = np.take_along_axis(logits, part, axis=1)
-    order = np.argsort(-values, axis=1, kind="stable")
-    cand = np.take_along_axis(part, order, axis=1)
-    values = np.take_along_axis(values, order, axis=1).astype(np.float64)
-    # Probabilities relative to the most probable token; only top-p without top-k needs them
-    # under the whole tempered distribution (a normaliser over all V tokens: an exp pass over
-    # the vocabulary, which every other filter is spared, being scale-free).
-    has_k = top_k > 0
-    log_z = values[:, :1].copy()
-    whole = np.flatnonzero((top_p < 1.0) & ~has_k)
-    if len(whole):
-        shifted = logits[whole] - values[whole, :1].astype(logits.dtype)
-        log_z[whole] += np.log(np.exp(shifted).sum(axis=1, dtype=np.float64, keepdims=True))
-    probs = np.exp(values - log_z)
-    pos = np.arange(c)[None, :]
-    keep = np.isfinite(values)
-    # top-k: the k most probable.
-    keep &= pos < np.where(has_k, top_k, c)[:, None]
-    # top-p (Holtzman et al., 2020): keep token j while the mass before it is < p, i.e. the
-    # smallest prefix reaching p. Renormalised over top-k's survivors; without top-k the
-    # survivors are all V tokens, whose mass is 1 by construction.
-    kept = probs * keep
-    total = np.where(has_k, kept.sum(axis=1), 1.0)
-    mass_before = (np.cumsum(kept, axis=1) - kept) / total[:, None]
-    keep &= (mass_before < top_p[:, None]) | (top_p >= 1.0)[:, None]
-    # min-p: relative to the most probable token (column 0), so renormalising changes nothing.
-    keep &= probs >= (min_p * probs[:, 0])[:, None]
-    # Decided here unless the survivors may run past the candidates.
-    complete = (c == v) | has_k | ~keep[:, -1]
-    # typical-p (Meister et al., 2022): on the survivors renormalised, H = -sum q log q; keep
-    # the tokens closest to "expected surprise" (|-log q - H| smallest) until their mass
-    # reaches typical_p.
-    rows = np.flatnonzero(typical < 1.0)
-    if len(rows):
-        q = probs[rows] * keep[rows]
-        q /= q.sum(axis=1, keepdims=True)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_q = np.log(q)
-            entropy = -np.where(q > 0, q * log_q, 0.0).sum(axis=1, keepdims=True)
-            deviation = np.where(q > 0, np.abs(-log_q - entropy), np.inf)
-        by_dev = np.argsort(deviation, axis=1, kind="stable")
-        q_sorted = np.take_along_axis(q, by_dev, axis=1)
-        before = np.cumsum(q_sorted, axis=1) - q_sorted
-        typical_keep = np.zeros_like(keep[rows])
-        np.put_along_axis(typical_keep, by_dev, before < typical[rows, None], axis=1)
-        keep[rows] &= typical_keep
-    return cand, probs * keep, complete
-
-
-def _draw(weights: LogitArray, uniforms: FloatArray) -> IdArray:
-    """Inverse CDF per row: the first index whose cumulative weight reaches u * total, u in
-    (0, 1]; zero-weight entries are never chosen."""
-    cum = np.cumsum(weights, axis=1, dtype=np.float64)
-    target = uniforms[:, None] * cum[:, -1:]
-    index = (cum < target).sum(axis=1)
-    return np.minimum(index, weights.shape[1] - 1).astype(np.int64)
-
-
 def _draw_full(logits: LogitArray, inv_temps: FloatArray, uniforms: FloatArray) -> IdArray:
     """Inverse CDF over each row's whole tempered distribution, with no sort and no cumulative
     sum over the vocabulary: the first token whose cumulative weight reaches u * total, u in
-    (0, 1], as `_draw` chooses, zero-weight tokens never.
+    (0, 1], as `reference_sampling.draw_cumulative` chooses; zero-weight tokens never.
 
     The weights exp((x - max) / T) are computed in place in the logits' precision (float32 for
     neural models: numpy's SIMD exp), then drawn from by `_draw_blocks`. A full-vocabulary
@@ -290,7 +215,7 @@ def _padded(logits: LogitArray) -> tuple[LogitArray, LogitArray]:
 
 
 def _draw_blocks(weights: LogitArray, uniforms: FloatArray) -> IdArray:
-    """`_draw` over non-negative weights [S, n * DRAW_BLOCK], in two levels summing in float64:
+    """The cumulative draw over non-negative weights [S, n * DRAW_BLOCK], in two levels (float64):
     block sums pick the block holding the target u * total, then a cumulative sum over that
     block alone picks the token."""
     s, width = weights.shape
@@ -436,27 +361,6 @@ def _sample_rows(
     weights = _threshold_weights(tempered, [params[i] for i in rows.tolist()])
     out[rows] = _draw_blocks(weights, uniforms[rows])
     return out
-
-
-def filtered_probs(
-    logits: npt.ArrayLike,
-    params: Sequence[SamplingParams],
-    *,
-    candidates: int = DEFAULT_CANDIDATES,
-) -> FloatArray:
-    """The distribution a non-greedy row samples from, dense [S, V]: tempered, truncated and
-    renormalised (steps 4-5 on already penalised logits). For tests and inspection."""
-    x = np.atleast_2d(np.asarray(logits, dtype=np.float64))
-    temps = np.array([p.temperature for p in params])
-    tempered = x / temps[:, None]
-    cand, w, complete = _truncate(tempered, params, candidates)
-    out = np.zeros_like(x)
-    np.put_along_axis(out, cand, w, axis=1)
-    for i in np.flatnonzero(~complete).tolist():  # the nucleus did not fit: a full sort
-        c2, w2, _ = _truncate(tempered[i : i + 1], [params[i]], x.shape[1])
-        out[i] = 0.0
-        out[i, c2[0]] = w2[0]
-    return out / out.sum(axis=1, keepdims=True)
 
 
 def top_alternatives(log_probs: LogitArray, k: int) -> tuple[IdArray, FloatArray]:
