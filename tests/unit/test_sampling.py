@@ -296,3 +296,56 @@ def test_generate_params_limits() -> None:
         assert info.value.field == field
     with pytest.raises(InvalidArgument, match="^n:"):
         GenerateParams(StoppingParams(max_new_tokens=1), n=0)
+
+
+# -- the C draw ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("vocab", "temperature"), [(7, 1.0), (300, 1.0), (1000, 0.6), (5000, 1.7)])
+def test_c_draw_of_logits_equals_the_cumulative_reference(vocab: int, temperature: float) -> None:
+    from lmserve.server.decoding import _draw as c_draw
+
+    rng = np.random.default_rng(vocab)
+    rows = 2000
+    logits = (rng.normal(size=(rows, vocab)) * 3).astype(np.float32)
+    logits[:, rng.integers(0, vocab, 2)] = -np.inf  # banned
+    uniforms = 1.0 - rng.random(rows)
+    uniforms[:5] = 1.0
+    out = np.empty(rows, dtype=np.int64)
+    inv_temps = np.full(rows, 1.0 / temperature)
+    c_draw.draw_logits(logits, vocab, logits.max(axis=1), inv_temps, uniforms, out)
+    x = logits.astype(np.float64)
+    expected = draw_cumulative(np.exp((x - x.max(axis=1, keepdims=True)) / temperature), uniforms)
+    # The same rule; float32 weights may move a draw that lands within ~1e-7 of a boundary.
+    assert (out == expected).mean() >= 0.999
+    assert np.isfinite(logits[np.arange(rows), out]).all()
+
+
+def test_c_draw_of_weights_skips_zeros_and_matches_the_numpy_two_level_draw() -> None:
+    from lmserve.server.decoding import _draw as c_draw
+
+    rng = np.random.default_rng(3)
+    weights = rng.random((1000, 3 * DRAW_BLOCK)).astype(np.float32)
+    weights[weights < 0.7] = 0.0  # most tokens dropped, as after top-p
+    uniforms = 1.0 - rng.random(1000)
+    out = np.empty(1000, dtype=np.int64)
+    c_draw.draw_weights(weights, weights.shape[1], uniforms, out)
+    assert (weights[np.arange(1000), out] > 0).all()
+    expected = draw_cumulative(weights.astype(np.float64), uniforms)
+    assert (out == expected).mean() >= 0.999
+
+
+def test_c_draw_refuses_bad_input_clearly() -> None:
+    from lmserve.server.decoding import _draw as c_draw
+
+    out = np.empty(2, dtype=np.int64)
+    with pytest.raises(ValueError, match="row 1 has no token of positive weight"):
+        dead = np.array([[0.0, -1.0], [-np.inf, -np.inf]], dtype=np.float32)
+        c_draw.draw_logits(dead, 2, dead.max(axis=1), np.ones(2), np.ones(2), out)
+    with pytest.raises(TypeError, match="rows must hold float32"):
+        maxes = np.zeros(2, np.float32)
+        c_draw.draw_logits(np.zeros((2, 2)), 2, maxes, np.ones(2), np.ones(2), out)
+    with pytest.raises(ValueError, match="one value per row"):
+        c_draw.draw_weights(np.ones((2, 2), np.float32), 2, np.ones(3), out)
+    with pytest.raises(ValueError, match="width"):
+        c_draw.draw_weights(np.ones((2, 2), np.float32), 0, np.ones(2), out)

@@ -23,9 +23,10 @@ one token per row in these steps (the order of the proto's `SamplingParams`):
 
 Cost: a full argsort of a 12k vocabulary costs ~0.3 ms a row, more than a model step at batch 64,
 so no sampling path argsorts the vocabulary. Every non-greedy row draws in two levels (block
-sums, then one block: `_draw_blocks`) from weights p / p_max in the model's float32, with no
-full-vocabulary cumulative sum and no float64 copy. Untruncated rows use those weights as they
-are (`_draw_full`: at batch 32 over 10k tokens, 1.2 ms where a float64 cumsum path took 22 ms).
+sums, then one block) from weights p / p_max in the model's float32, with no full-vocabulary
+cumulative sum and no float64 copy: in C for float32 rows (`_draw.c`), else `_draw_blocks`.
+Untruncated rows use those weights as they are (`_draw_full`: at batch 32 over 10k tokens,
+~1 ms where a float64 cumsum path took 22 ms).
 The filters become thresholds on them (`_threshold_weights`): one value sort for top-p, one
 partition per distinct k for top-k, a comparison for min-p, and for typical-p a bisection over
 the sorted distances to the entropy (`_typical_set`). `bench/bench_sampling.py` measures each.
@@ -52,6 +53,11 @@ import numpy.typing as npt
 
 from lmserve.server.backends.base import FloatArray
 from lmserve.server.decoding.params import SamplingParams
+
+try:  # the draw in C (`_draw.c`): the same search, one pass over each row
+    from lmserve.server.decoding import _draw
+except ImportError:  # not compiled (a source checkout without `make install`): numpy
+    _draw = None  # type: ignore[assignment]
 
 IdArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -193,17 +199,31 @@ def _draw_full(logits: LogitArray, inv_temps: FloatArray, uniforms: FloatArray) 
     sum over the vocabulary: the first token whose cumulative weight reaches u * total, u in
     (0, 1], as `reference_sampling.draw_cumulative` chooses; zero-weight tokens never.
 
-    The weights exp((x - max) / T) are computed in place in the logits' precision (float32 for
-    neural models: numpy's SIMD exp), then drawn from by `_draw_blocks`. A full-vocabulary
-    cumsum per row (and its float64 copy) cost several times the model step at batch 32; this
-    costs about one pass over the logits.
+    float32 rows go to the C draw (`_draw.c`: weights, block sums and the search in one pass
+    over each row); others get the weights exp((x - max) / T) computed in place by numpy and
+    drawn from by `_draw_blocks`. A full-vocabulary cumsum per row (and its float64 copy) cost
+    several times the model step at batch 32; the numpy path costs about one pass, C less.
     """
+    if _c_rows(logits):
+        out = np.empty(len(logits), dtype=np.int64)
+        maxes = logits.max(axis=1)
+        _draw.draw_logits(logits, logits.shape[1], maxes, _f64(inv_temps), _f64(uniforms), out)
+        return out
     weights, body = _padded(logits)
     np.subtract(logits, logits.max(axis=1, keepdims=True), out=body)
     if np.any(inv_temps != 1.0):
         body *= inv_temps.astype(logits.dtype)[:, None]
     np.exp(body, out=body)
     return _draw_blocks(weights, uniforms)
+
+
+def _c_rows(rows: LogitArray) -> bool:
+    """Whether the C draw takes these rows: float32 (the models' precision), C-contiguous."""
+    return _draw is not None and rows.dtype == np.float32 and rows.flags.c_contiguous
+
+
+def _f64(values: FloatArray) -> FloatArray:
+    return np.ascontiguousarray(values, dtype=np.float64)
 
 
 def _padded(logits: LogitArray) -> tuple[LogitArray, LogitArray]:
@@ -219,6 +239,10 @@ def _draw_blocks(weights: LogitArray, uniforms: FloatArray) -> IdArray:
     block sums pick the block holding the target u * total, then a cumulative sum over that
     block alone picks the token."""
     s, width = weights.shape
+    if _c_rows(weights):
+        out = np.empty(s, dtype=np.int64)
+        _draw.draw_weights(weights, width, _f64(uniforms), out)
+        return out
     blocks = weights.reshape(s, width // DRAW_BLOCK, DRAW_BLOCK)
     # einsum's summing loop is ~4x faster here than .sum(axis=2) over short rows.
     block_sums = np.einsum("sbk->sb", blocks).astype(np.float64)
