@@ -62,38 +62,46 @@ def _repository(onnx_dir: Path, ngram_dir: Path) -> Path:
     return repo
 
 
-def _raw(stepper: Any, runs: int, model: str) -> dict[int, tuple[float, float]]:
-    """One batched `Stepper.step` at each batch size: {batch: (median tokens/s, median step
-    seconds)}; also emitted as records."""
-    import numpy as np
+class RawSteps:
+    """The raw batched `Stepper.step` of a model (no sampling, no gRPC), timed at a batch size
+    whenever asked, so that each server figure is compared with raw steps measured right next
+    to it: this VM's speed drifts by tens of percent within a minute."""
 
-    rng = np.random.default_rng(0)
-    vocab = len(stepper.vocab)
-    medians: dict[int, tuple[float, float]] = {}
-    for batch in CONCURRENCY:
-        _, state = stepper.prefill([[int(t)] for t in rng.integers(3, vocab, batch)])
-        tokens = rng.integers(3, vocab, batch)
+    def __init__(self, stepper: Any, label: str, runs: int) -> None:
+        import numpy as np
 
-        def one(s: Any = state, t: Any = tokens) -> None:
-            stepper.step(t, s)
+        self.stepper = stepper
+        self.label = label
+        self.runs = runs
+        self.rng = np.random.default_rng(0)
+        self.seconds: dict[int, list[float]] = {}  # per-step seconds, every measurement
 
+    def measure(self, batch: int) -> float:
+        """Median seconds of one step at `batch` over `runs` timed runs (after a warm-up)."""
+        vocab = len(self.stepper.vocab)
+        _, state = self.stepper.prefill([[int(t)] for t in self.rng.integers(3, vocab, batch)])
+        tokens = self.rng.integers(3, vocab, batch)
         steps = 20 if batch <= 8 else 10
 
-        def many(o: Any = one, k: int = steps) -> None:
-            for _ in range(k):
-                o()
+        def many() -> None:
+            for _ in range(steps):
+                self.stepper.step(tokens, state)
 
-        seconds = repeat(many, runs)
-        per_step = [s / steps for s in seconds]
-        rec = record(
-            f"generate_{model}_raw_step_batch{batch}_tokens_per_s",
-            "tokens/s",
-            [batch / s for s in per_step],
-            step_ms=1000 * statistics.median(per_step),
-        )
-        emit(rec)
-        medians[batch] = (rec["median"], statistics.median(per_step))
-    return medians
+        per_step = [s / steps for s in repeat(many, self.runs)]
+        self.seconds.setdefault(batch, []).extend(per_step)
+        return statistics.median(per_step)
+
+    def emit(self) -> None:
+        for batch, seconds in sorted(self.seconds.items()):
+            emit(
+                record(
+                    f"generate_{self.label}_raw_step_batch{batch}_tokens_per_s",
+                    "tokens/s",
+                    [batch / s for s in seconds],
+                    step_ms=1000 * statistics.median(seconds),
+                    measurements=len(seconds),
+                )
+            )
 
 
 async def _stream(
@@ -157,29 +165,31 @@ def _served(
     return rec
 
 
-def _ratios(label: str, raw: dict[int, tuple[float, float]], served: list[dict[str, Any]]) -> None:
-    """The issue's goals as ratios, both sides measured in this run: server tokens/s over raw
-    tokens/s at the same batch, and one stream's inter-token p50 over the raw batch-1 step."""
-    for rec in served:
-        n, interval = rec["streams"], rec["stream_interval"]
-        suffix = "" if interval == 1 else f"_interval{interval}"
+def _ratios(label: str, rec: dict[str, Any], raw_step: float) -> None:
+    """The issue's goals as ratios against the raw step timed just before and after this level:
+    server tokens/s over raw tokens/s at the same batch, and one stream's inter-token p50 over
+    the raw batch-1 step."""
+    n, interval = rec["streams"], rec["stream_interval"]
+    suffix = "" if interval == 1 else f"_interval{interval}"
+    emit(
+        record(
+            f"generate_{label}_server_{n}streams{suffix}_vs_raw",
+            "ratio",
+            [r * raw_step / n for r in rec["runs"]],
+            raw_step_ms=1000 * raw_step,
+            note=f"server tokens/s / raw step tokens/s at batch {n}, timed around this level",
+        )
+    )
+    if n == 1 and interval == 1:
         emit(
             record(
-                f"generate_{label}_server_{n}streams{suffix}_vs_raw",
+                f"generate_{label}_server_1stream_itl_p50_vs_raw_step",
                 "ratio",
-                [r / raw[n][0] for r in rec["runs"]],
-                note=f"server tokens/s / raw step tokens/s at batch {n} (median)",
+                [rec["inter_token_p50_ms"] / (1000 * raw_step)],
+                raw_step_ms=1000 * raw_step,
+                note="inter-token p50 through the server / raw batch-1 step, timed around it",
             )
         )
-        if n == 1 and interval == 1:
-            emit(
-                record(
-                    f"generate_{label}_server_1stream_itl_p50_vs_raw_step",
-                    "ratio",
-                    [rec["inter_token_p50_ms"] / (1000 * raw[1][1])],
-                    note="inter-token p50 through the server / raw batch-1 step (median)",
-                )
-            )
 
 
 def main() -> None:
@@ -205,30 +215,32 @@ def main() -> None:
     onnx_name = read_manifest(onnx_dir).name
     ngram_name = read_manifest(ngram_dir).name
 
-    log("raw steps")
     raw = {
-        "lstm": _raw(
+        "lstm": RawSteps(
             make_stepper(OnnxBackend.load(onnx_dir, read_manifest(onnx_dir), OnnxOptions())),
-            runs + 1,
             "lstm",
-        ),
-        "ngram": _raw(
-            make_stepper(load_model_folder_binary(ngram_dir, read_manifest(ngram_dir))),
             runs + 1,
+        ),
+        "ngram": RawSteps(
+            make_stepper(load_model_folder_binary(ngram_dir, read_manifest(ngram_dir))),
             "ngram",
+            runs + 1,
         ),
     }
 
     with ServerProcess(_repository(onnx_dir, ngram_dir)) as server:
         for model, label in ((onnx_name, "lstm"), (ngram_name, "ngram")):
             log(f"server: {model}")
-            served = [
-                _served(server.target, model, label, streams, tokens, runs, interval)
-                for interval in INTERVALS
-                for streams in CONCURRENCY
-                if interval == 1 or streams > 1
-            ]
-            _ratios(label, raw[label], served)
+            steps = raw[label]
+            for interval in INTERVALS:
+                for streams in CONCURRENCY:
+                    if interval > 1 and streams == 1:
+                        continue
+                    before = steps.measure(streams)
+                    rec = _served(server.target, model, label, streams, tokens, runs, interval)
+                    after = steps.measure(streams)
+                    _ratios(label, rec, (before + after) / 2)
+            steps.emit()
 
 
 if __name__ == "__main__":
