@@ -349,3 +349,19 @@ def test_c_draw_refuses_bad_input_clearly() -> None:
         c_draw.draw_weights(np.ones((2, 2), np.float32), 2, np.ones(3), out)
     with pytest.raises(ValueError, match="width"):
         c_draw.draw_weights(np.ones((2, 2), np.float32), 0, np.ones(2), out)
+
+
+def test_c_draw_of_a_batch_big_enough_to_release_the_gil() -> None:
+    # Above 4M values the C draw runs without the GIL; the answers are the same kind.
+    from lmserve.server.decoding import _draw as c_draw
+
+    rows, vocab = 340, 12_352
+    rng = np.random.default_rng(11)
+    logits = rng.normal(size=(rows, vocab)).astype(np.float32)
+    logits[:, :100] = -np.inf
+    uniforms = 1.0 - rng.random(rows)
+    out = np.empty(rows, dtype=np.int64)
+    c_draw.draw_logits(logits, vocab, logits.max(axis=1), np.ones(rows), uniforms, out)
+    x = logits.astype(np.float64)
+    expected = draw_cumulative(np.exp(x - x.max(axis=1, keepdims=True)), uniforms)
+    assert (out == expected).mean() >= 0.99 and (out >= 100).all()
