@@ -59,50 +59,42 @@ class _Decoder(nn.Module):
         return torch.log_softmax(logits.reshape(tokens.shape[0], tokens.shape[1], -1), dim=-1)
 
 
-class ScriptedLSTM(nn.Module):
+class _Scripted(nn.Module):
+    """What both cells share: `score` and `forward` over the cell's own `step`."""
+
     def __init__(self, model: RecurrentLM) -> None:
         super().__init__()
         self.head = _Decoder(model)
         self.rnn = model.rnn
 
+    def step(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        raise NotImplementedError
+
+    @torch.jit.export
+    def score(
+        self, tokens: Tensor, targets: Tensor, h: Tensor, c: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        lp, h_out, c_out = self.step(tokens, h, c)
+        return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), h_out, c_out
+
+    def forward(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.step(tokens, h, c)
+
+
+class ScriptedLSTM(_Scripted):
     @torch.jit.export
     def step(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         out, (h_out, c_out) = self.rnn(self.head.embedding(tokens), (h, c))
         return self.head.log_probs(out, tokens), h_out, c_out
 
-    @torch.jit.export
-    def score(
-        self, tokens: Tensor, targets: Tensor, h: Tensor, c: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        lp, h_out, c_out = self.step(tokens, h, c)
-        return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), h_out, c_out
 
-    def forward(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return self.step(tokens, h, c)
-
-
-class ScriptedRNN(nn.Module):
+class ScriptedRNN(_Scripted):
     """Elman RNN or GRU: one state tensor; `c` is passed through untouched."""
-
-    def __init__(self, model: RecurrentLM) -> None:
-        super().__init__()
-        self.head = _Decoder(model)
-        self.rnn = model.rnn
 
     @torch.jit.export
     def step(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         out, h_out = self.rnn(self.head.embedding(tokens), h)
         return self.head.log_probs(out, tokens), h_out, c
-
-    @torch.jit.export
-    def score(
-        self, tokens: Tensor, targets: Tensor, h: Tensor, c: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        lp, h_out, c_out = self.step(tokens, h, c)
-        return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), h_out, c_out
-
-    def forward(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return self.step(tokens, h, c)
 
 
 def export_torchscript(model: RecurrentLM, folder: Path) -> dict[str, str]:
