@@ -56,13 +56,43 @@ def _scores(resp: pb.ScoreResponse, with_tokens: bool) -> list[TextScore]:
     return [totals(r.log_prob, r.token_count, r.oov_count) for r in resp.results]
 
 
-class _CapturingIterator(Generic[R]):
-    """Wraps a request iterator so an exception raised while building requests reaches the
-    caller as itself (gRPC would otherwise report it only as a CANCELLED call)."""
+@contextlib.contextmanager
+def _rpc_errors() -> Iterator[None]:
+    """A failed call's RpcError raised as the client exception of its status code."""
+    try:
+        yield
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
+class _RequestError:
+    """The exception that stopped building a call's requests, kept so that the caller gets it
+    instead of the CANCELLED (or CancelledError) gRPC turns it into."""
+
+    error: BaseException | None = None
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """Around the call: the requests' own exception first, else the RPC's, mapped."""
+        try:
+            yield
+        except grpc.RpcError as exc:
+            if self.error is not None:
+                raise self.error from None
+            raise from_rpc_error(exc) from None
+        except asyncio.CancelledError:
+            if self.error is not None:
+                raise self.error from None
+            raise
+        if self.error is not None:  # the server saw a short, valid stream
+            raise self.error
+
+
+class _CapturingIterator(_RequestError, Generic[R]):
+    """A request iterator that keeps the exception raised while building requests."""
 
     def __init__(self, inner: Iterator[R]) -> None:
         self._inner = inner
-        self.error: BaseException | None = None
 
     def __iter__(self) -> Self:
         return self
@@ -140,18 +170,14 @@ class LmServeClient:
     # -- models ---------------------------------------------------------------------------------
     def list_models(self, *, timeout: float | None = None) -> list[ModelInfo]:
         """Every model of the server's repository, failed ones included, sorted by name."""
-        try:
+        with _rpc_errors():
             resp = self._stub.ListModels(pb.ListModelsRequest(), timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return [ModelInfo.from_proto(m) for m in resp.models]
 
     def get_model(self, model: str, *, timeout: float | None = None) -> ModelInfo:
         """One model's description; ModelNotFoundError if the server has none of that name."""
-        try:
+        with _rpc_errors():
             resp = self._stub.GetModel(pb.GetModelRequest(model=model), timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return ModelInfo.from_proto(resp.model)
 
     # -- scoring --------------------------------------------------------------------------------
@@ -169,10 +195,8 @@ class LmServeClient:
 
         Log-probabilities are nats; `</s>` is scored and counted when `eos` is on."""
         request = req.score_request(model, inputs, bos, eos, return_tokens)
-        try:
+        with _rpc_errors():
             resp = self._stub.Score(request, timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return _scores(resp, return_tokens)
 
     def score_stream(
@@ -199,16 +223,11 @@ class LmServeClient:
         )
         call = self._stub.ScoreStream(requests, timeout=self._t(timeout))
         try:
-            for resp in call:
-                yield _scores(resp, return_tokens)
-        except grpc.RpcError as exc:
-            if requests.error is not None:
-                raise requests.error from None
-            raise from_rpc_error(exc) from None
+            with requests.errors():
+                for resp in call:
+                    yield _scores(resp, return_tokens)
         finally:
             call.cancel()  # a no-op when the stream already ended
-        if requests.error is not None:  # the server saw a short, valid stream
-            raise requests.error
 
     def perplexity(
         self,
@@ -221,10 +240,8 @@ class LmServeClient:
     ) -> PerplexityStats:
         """Perplexity of a batch of texts taken together."""
         request = req.perplexity_request(model, inputs, bos, eos)
-        try:
+        with _rpc_errors():
             resp = self._stub.Perplexity(request, timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return PerplexityStats.from_proto(resp.stats)
 
     def corpus_perplexity(
@@ -239,12 +256,8 @@ class LmServeClient:
         """Perplexity of a corpus streamed as batches (e.g. 1000 lines each); one answer at the
         end. The batches are consumed lazily, so a file need not fit in memory."""
         requests = _CapturingIterator(req.corpus_requests(model, batches, bos, eos))
-        try:
+        with requests.errors():
             resp = self._stub.CorpusPerplexity(requests, timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            if requests.error is not None:
-                raise requests.error from None
-            raise from_rpc_error(exc) from None
         return PerplexityStats.from_proto(resp.stats)
 
     # -- generation -----------------------------------------------------------------------------
@@ -265,10 +278,9 @@ class LmServeClient:
         request = req.generate_request(model, prompt, max_new_tokens=max_new_tokens, **options)
         call = self._stub.Generate(request, timeout=self._t(timeout))
         try:
-            for resp in call:
-                yield from req.generation_events(resp)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+            with _rpc_errors():
+                for resp in call:
+                    yield from req.generation_events(resp)
         finally:
             call.cancel()  # a no-op when the stream already ended
 
@@ -288,10 +300,8 @@ class LmServeClient:
         request = req.beam_search_request(
             model, prompt, beam_width=beam_width, max_length=max_length, **options
         )
-        try:
+        with _rpc_errors():
             resp = self._stub.BeamSearch(request, timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
 
     # -- health ---------------------------------------------------------------------------------
@@ -328,17 +338,14 @@ async def _aiter(batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs]) -> A
             yield batch
 
 
-class _AsyncRequests(Generic[R]):
-    """The async twin of `_CapturingIterator`: requests built from sync or async batches, with
-    the exception that stopped building them kept, so the caller gets it instead of the
-    CANCELLED (or a CancelledError) that gRPC turns it into."""
+class _AsyncRequests(_RequestError, Generic[R]):
+    """Requests built from sync or async batches, keeping the exception that stopped them."""
 
     def __init__(
         self, batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs], build: Any
     ) -> None:
         self._batches = batches
         self._build = build
-        self.error: BaseException | None = None
 
     async def __aiter__(self) -> AsyncIterator[R]:
         try:
@@ -347,22 +354,6 @@ class _AsyncRequests(Generic[R]):
         except Exception as exc:
             self.error = exc
             raise
-
-    @contextlib.contextmanager
-    def errors(self) -> Iterator[None]:
-        """Around the call: the requests' own exception first, else the RPC's, mapped."""
-        try:
-            yield
-        except grpc.RpcError as exc:
-            if self.error is not None:
-                raise self.error from None
-            raise from_rpc_error(exc) from None
-        except asyncio.CancelledError:
-            if self.error is not None:
-                raise self.error from None
-            raise
-        if self.error is not None:  # the server saw a short, valid stream
-            raise self.error
 
 
 class AsyncLmServeClient:
@@ -408,19 +399,15 @@ class AsyncLmServeClient:
         return self.timeout if timeout is None else timeout
 
     async def list_models(self, *, timeout: float | None = None) -> list[ModelInfo]:
-        try:
+        with _rpc_errors():
             resp = await self._stub.ListModels(pb.ListModelsRequest(), timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return [ModelInfo.from_proto(m) for m in resp.models]
 
     async def get_model(self, model: str, *, timeout: float | None = None) -> ModelInfo:
-        try:
+        with _rpc_errors():
             resp = await self._stub.GetModel(
                 pb.GetModelRequest(model=model), timeout=self._t(timeout)
             )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return ModelInfo.from_proto(resp.model)
 
     async def score(
@@ -434,10 +421,8 @@ class AsyncLmServeClient:
         timeout: float | None = None,
     ) -> list[TextScore]:
         request = req.score_request(model, inputs, bos, eos, return_tokens)
-        try:
+        with _rpc_errors():
             resp = await self._stub.Score(request, timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return _scores(resp, return_tokens)
 
     async def score_stream(
@@ -473,10 +458,8 @@ class AsyncLmServeClient:
         timeout: float | None = None,
     ) -> PerplexityStats:
         request = req.perplexity_request(model, inputs, bos, eos)
-        try:
+        with _rpc_errors():
             resp = await self._stub.Perplexity(request, timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return PerplexityStats.from_proto(resp.stats)
 
     async def corpus_perplexity(
@@ -509,11 +492,10 @@ class AsyncLmServeClient:
         request = req.generate_request(model, prompt, max_new_tokens=max_new_tokens, **options)
         call = self._stub.Generate(request, timeout=self._t(timeout))
         try:
-            async for resp in call:
-                for event in req.generation_events(resp):
-                    yield event
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+            with _rpc_errors():
+                async for resp in call:
+                    for event in req.generation_events(resp):
+                        yield event
         finally:
             call.cancel()
 
@@ -530,10 +512,8 @@ class AsyncLmServeClient:
         request = req.beam_search_request(
             model, prompt, beam_width=beam_width, max_length=max_length, **options
         )
-        try:
+        with _rpc_errors():
             resp = await self._stub.BeamSearch(request, timeout=self._t(timeout))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
         return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
 
     async def health(
