@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.backends.stepping import make_stepper
+from lmserve.server.backends.stepping import Stepper, make_stepper
 from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine import decoding_bridge as bridge
@@ -119,7 +119,7 @@ class GenerationScheduler:
     def __init__(
         self,
         model: str,
-        stepper: Any,
+        stepper: Stepper,
         vocab: Any,
         limits: GenerationLimits,
         metrics: Metrics | None = None,
@@ -142,9 +142,7 @@ class GenerationScheduler:
         # loop through a courier thread, which wakes the loop while the model computes; for one
         # that keeps the GIL (the n-gram kernel) the hand-over would only add time (12% at one
         # stream, measured), so this thread posts them itself.
-        self._courier = (
-            _Courier(f"lmserve-post-{model}") if getattr(stepper, "releases_gil", False) else None
-        )
+        self._courier = _Courier(f"lmserve-post-{model}") if stepper.releases_gil else None
         self._thread = threading.Thread(
             target=self._run, name=f"lmserve-generate-{model}", daemon=True
         )
@@ -454,11 +452,9 @@ class SchedulerPool:
         self,
         limits: GenerationLimits,
         metrics: Metrics | None = None,
-        stepper_factory: Callable[[Any], Any] | None = None,
     ) -> None:
         self.limits = limits
         self._metrics = metrics
-        self._factory = stepper_factory or make_stepper
         self._schedulers: dict[str, GenerationScheduler] = {}
         self._steppers: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -468,7 +464,7 @@ class SchedulerPool:
         with self._lock:
             stepper = self._steppers.get(name)
             if stepper is None:
-                stepper = self._steppers[name] = self._factory(backend)
+                stepper = self._steppers[name] = make_stepper(backend)
             return stepper
 
     def get(
