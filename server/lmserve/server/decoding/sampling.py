@@ -176,6 +176,14 @@ def process_logits(
     A row whose every token ended up banned falls back to the model's distribution minus `<s>`
     (a no-repeat constraint that cannot be met is dropped rather than failing the request).
     """
+    return _penalise_and_ban(log_probs, rows, eos_id=eos_id, bos_id=bos_id)[0]
+
+
+def _penalise_and_ban(
+    log_probs: npt.ArrayLike, rows: Sequence[SequenceSampler], *, eos_id: int, bos_id: int
+) -> tuple[LogitArray, LogitArray]:
+    """`process_logits` and each row's maximum, which its dead-row check computes anyway and
+    the draw needs (one pass over [B, V] fewer a step)."""
     source = np.asarray(log_probs)
     logits: LogitArray = np.array(source, dtype=np.result_type(source.dtype, np.float32))
     banned_rows: list[int] = []
@@ -187,14 +195,17 @@ def process_logits(
         banned_rows.extend([i] * len(ids))
         banned_ids.extend(ids)
     logits[banned_rows, banned_ids] = -np.inf  # one scatter for the whole batch
-    dead = ~np.isfinite(logits.max(axis=1)) if len(rows) else np.zeros(0, dtype=bool)
-    for i in np.flatnonzero(dead).tolist():
+    row_max: LogitArray = logits.max(axis=1) if len(rows) else np.zeros(0, logits.dtype)
+    for i in np.flatnonzero(~np.isfinite(row_max)).tolist():
         logits[i] = source[i]
         logits[i, bos_id] = -np.inf
-    return logits
+        row_max[i] = logits[i].max()
+    return logits, row_max
 
 
-def _draw_full(logits: LogitArray, inv_temps: FloatArray, uniforms: FloatArray) -> IdArray:
+def _draw_full(
+    logits: LogitArray, row_max: LogitArray, inv_temps: FloatArray, uniforms: FloatArray
+) -> IdArray:
     """Inverse CDF over each row's whole tempered distribution, with no sort and no cumulative
     sum over the vocabulary: the first token whose cumulative weight reaches u * total, u in
     (0, 1], as `reference_sampling.draw_cumulative` chooses; zero-weight tokens never.
@@ -206,11 +217,11 @@ def _draw_full(logits: LogitArray, inv_temps: FloatArray, uniforms: FloatArray) 
     """
     if _c_rows(logits):
         out = np.empty(len(logits), dtype=np.int64)
-        maxes = logits.max(axis=1)
+        maxes = np.ascontiguousarray(row_max, dtype=np.float32)
         _draw.draw_logits(logits, logits.shape[1], maxes, _f64(inv_temps), _f64(uniforms), out)
         return out
-    weights, body = _padded(logits)
-    np.subtract(logits, logits.max(axis=1, keepdims=True), out=body)
+    weights, body = _padded(len(logits), logits.shape[1], logits.dtype)
+    np.subtract(logits, row_max[:, None], out=body)
     if np.any(inv_temps != 1.0):
         body *= inv_temps.astype(logits.dtype)[:, None]
     np.exp(body, out=body)
@@ -226,11 +237,10 @@ def _f64(values: FloatArray) -> FloatArray:
     return np.ascontiguousarray(values, dtype=np.float64)
 
 
-def _padded(logits: LogitArray) -> tuple[LogitArray, LogitArray]:
+def _padded(s: int, v: int, dtype: np.dtype[Any]) -> tuple[LogitArray, LogitArray]:
     """A zeroed [S, V + pad] buffer of whole DRAW_BLOCKs (the padding keeps weight 0) and its
     [S, V] view to fill."""
-    s, v = logits.shape
-    weights = np.zeros((s, v + (-v) % DRAW_BLOCK), dtype=logits.dtype)
+    weights: LogitArray = np.zeros((s, v + (-v) % DRAW_BLOCK), dtype=dtype)
     return weights, weights[:, :v]
 
 
@@ -274,7 +284,7 @@ def _threshold_weights(tempered: LogitArray, params: Sequence[SamplingParams]) -
     `_typical_set` over what the others kept.
     """
     s, v = tempered.shape
-    weights, body = _padded(tempered)
+    weights, body = _padded(s, v, tempered.dtype)
     np.subtract(tempered, tempered.max(axis=1, keepdims=True), out=body)
     np.exp(body, out=body)
     length = np.array([min(p.top_k, v) if p.top_k > 0 else v for p in params], dtype=np.int64)
@@ -283,7 +293,7 @@ def _threshold_weights(tempered: LogitArray, params: Sequence[SamplingParams]) -
     threshold = np.zeros(s, dtype=body.dtype)  # the length-th largest weight of a cut row
     nucleus = np.flatnonzero(top_p < 1.0)
     if len(nucleus):
-        ranked, view = _padded(body[nucleus])
+        ranked, view = _padded(len(nucleus), v, body.dtype)
         view[:] = np.sort(body[nucleus], axis=1)[:, ::-1]
         limited = np.flatnonzero(length[nucleus] < v)
         if len(limited):  # top-p over top-k's survivors: their mass only
@@ -368,18 +378,21 @@ def _typical_set(weights: LogitArray, typical: FloatArray) -> BoolArray:
 
 
 def _sample_rows(
-    logits: LogitArray, params: Sequence[SamplingParams], uniforms: FloatArray
+    logits: LogitArray,
+    row_max: LogitArray,
+    params: Sequence[SamplingParams],
+    uniforms: FloatArray,
 ) -> IdArray:
-    """Steps 4-6 for non-greedy rows: logits -> chosen ids [S]."""
+    """Steps 4-6 for non-greedy rows: logits (and each row's maximum) -> chosen ids [S]."""
     temps = np.array([p.temperature for p in params])
     truncates = [p.truncates for p in params]
     if not any(truncates):  # the common case: no filter, the whole distribution
-        return _draw_full(logits, 1.0 / temps, uniforms)
+        return _draw_full(logits, row_max, 1.0 / temps, uniforms)
     out = np.empty(len(params), dtype=np.int64)
     trunc = np.array(truncates, dtype=bool)
     plain = np.flatnonzero(~trunc)
     if len(plain):
-        out[plain] = _draw_full(logits[plain], 1.0 / temps[plain], uniforms[plain])
+        out[plain] = _draw_full(logits[plain], row_max[plain], 1.0 / temps[plain], uniforms[plain])
     rows = np.flatnonzero(trunc)
     tempered = logits[rows] / temps[rows, None].astype(logits.dtype)
     weights = _threshold_weights(tempered, [params[i] for i in rows.tolist()])
@@ -417,12 +430,12 @@ def sample_next(
     source = np.asarray(log_probs)
     if source.ndim != 2 or source.shape[0] != len(rows):
         raise ValueError(f"log_probs {source.shape} for {len(rows)} rows")
-    logits = process_logits(source, rows, eos_id=eos_id, bos_id=bos_id)
+    logits, row_max = _penalise_and_ban(source, rows, eos_id=eos_id, bos_id=bos_id)
     greedy = [r.params.greedy for r in rows]
     # One uniform in (0, 1] per sampled row, from that row's own generator.
     if not any(greedy):  # the common batches take no row copies
         uniforms = np.array([1.0 - r.rng.random() for r in rows])
-        chosen = _sample_rows(logits, [r.params for r in rows], uniforms)
+        chosen = _sample_rows(logits, row_max, [r.params for r in rows], uniforms)
     elif all(greedy):
         chosen = logits.argmax(axis=1).astype(np.int64)
     else:
@@ -431,7 +444,8 @@ def sample_next(
         chosen[g] = logits[g].argmax(axis=1)
         s = np.flatnonzero(np.logical_not(greedy))
         uniforms = np.array([1.0 - rows[i].rng.random() for i in s.tolist()])
-        chosen[s] = _sample_rows(logits[s], [rows[i].params for i in s.tolist()], uniforms)
+        params = [rows[i].params for i in s.tolist()]
+        chosen[s] = _sample_rows(logits[s], row_max[s], params, uniforms)
     for row, token in zip(rows, chosen.tolist(), strict=True):
         row.append(token)
     chosen_lp = source[np.arange(len(rows)), chosen].astype(np.float64)
