@@ -1,11 +1,10 @@
-"""The serving process keeps freed memory: glibc's thresholds are set where glibc runs."""
+"""The serving process keeps freed memory: glibc accepts the thresholds where glibc runs."""
 
 from __future__ import annotations
 
 import ctypes.util
 import sys
 
-import numpy as np
 import pytest
 
 from lmserve.server.allocator import keep_freed_memory
@@ -15,9 +14,7 @@ from lmserve.server.allocator import keep_freed_memory
     not sys.platform.startswith("linux") or "musl" in (ctypes.util.find_library("c") or ""),
     reason="mallopt's thresholds are glibc's",
 )
-def test_glibc_takes_the_thresholds_and_large_temporaries_still_work() -> None:
+def test_glibc_takes_the_thresholds() -> None:
+    # mallopt answers 0 for a parameter or value it refuses (e.g. an mmap threshold above
+    # its 32 MB maximum), so this fails if the settings do not take.
     assert keep_freed_memory() is True
-    # Blocks above the old 128 kB default now come from the heap; they must behave as before.
-    for _ in range(3):
-        a = np.ones((32, 12_352), dtype=np.float32)
-        assert float(a.sum()) == 32 * 12_352
