@@ -96,6 +96,18 @@ def test_c_scorer_equals_numpy_on_kjv_lines(models: tuple[NgramModel, NgramModel
     _assert_same(ref, c, encode_token_lists([line.split() for line in lines], ref.vocab))
 
 
+def test_c_scorer_equals_numpy_across_chunks(models: tuple[NgramModel, NgramModel]) -> None:
+    """The kernel scores chunks of about a thousand positions: texts that straddle a chunk's
+    end, a text longer than a chunk (its own chunk), and runs of empty texts."""
+    ref, c = models
+    rng = random.Random(99)
+    common = ["the", "and", "of", "lord", "unto", "said", "god", "in", "that", "he", "him"]
+    texts = [[rng.choice(common) for _ in range(rng.randrange(0, 90))] for _ in range(60)]
+    texts[7] = [rng.choice(common) for _ in range(2500)]
+    texts[30:40] = [[] for _ in range(10)]
+    _assert_same(ref, c, encode_token_lists(texts, ref.vocab))
+
+
 def test_empty_batch(models: tuple[NgramModel, NgramModel]) -> None:
     _assert_same(*models, encode_token_lists([], models[0].vocab))
     _assert_same(*models, encode_token_lists([[], []], models[0].vocab))

@@ -24,12 +24,14 @@
  * Every model has every suffix of an entry as an entry (`build.py` fills gaps as KenLM does), so
  * the first miss while extending the chain ends the search: no longer n-gram can match either.
  *
- * Memory-level parallelism: the keys of all of a token's lookups (orders 2..N) depend only on
- * the state left by the previous token, so the loop computes every home slot and prefetches
- * them all before resolving any; the cache misses of one token overlap instead of queueing.
- * And LANES texts advance together, one token each per round (issue all, then resolve all), so
- * the misses of different texts overlap too (KJV 5-gram: LANES 1 -> 2 -> 4 -> 8 gave about
- * 2.1 -> 2.4 -> 2.6 -> 2.8 x KenLM's in-process words/s).
+ * Memory-level parallelism: scoring is bound by the cache misses of its lookups (about 2.3 per
+ * token on the KJV 5-gram), so it runs order by order over a chunk of texts rather than token by
+ * token. The order-k key of a token needs only the order-(k-1) entry ending at the token before
+ * it, which the order-(k-1) pass has found for every position; within a pass every lookup is
+ * independent, and the loop prefetches PREFETCH_AHEAD lookups ahead, keeping as many misses in
+ * flight as the core allows. (A token-by-token walk must resolve a token's entries before it can
+ * issue the next token's lookups; interleaving 8 texts that way was 10-20% slower, in-process
+ * and through the server.) A last pass per text applies FullScore's rule to what was found.
  *
  * The model arrays are taken once, through the buffer protocol, by `Scorer(...)`, which keeps the
  * views (and so the numpy arrays or memory maps) alive and checks them once: lengths, dtypes and
@@ -47,6 +49,7 @@
 #include <Python.h>
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Batches of at least this many tokens release the GIL while they are scored. */
@@ -406,145 +409,180 @@ Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-/* One text being scored, with KenLM's state; `score_batch` advances several at once. */
+/* ---- scoring, order by order ----------------------------------------------------------------
+ *
+ * A chunk of texts is laid out as positions: per text a lead position (<s> with bos, else one
+ * that is no context), then its tokens (its words, then </s> with eos). found[k-1][p] is the slot
+ * of the order-k entry ending at position p, or kMiss (order 1's "slot" is the word id, kMiss for
+ * a lead without <s>); prob and backoff keep that entry's values, read when it was found, so that
+ * the last pass reads no table. */
+#define PREFETCH_AHEAD 16        /* lookups prefetched ahead of the one being resolved */
+#define CHUNK_POSITIONS 1024     /* positions per chunk: the scratch (~80 bytes each) stays in L2 */
+static const uint32_t kMiss = ~0U;
+
 typedef struct {
-    const int32_t *words; /* the text's ids; </s> follows them when eos */
-    Py_ssize_t n_words, n_tokens, i; /* i: the next token to score */
-    Py_ssize_t text;      /* index in the batch, for its total */
-    double total;
-    double *lp;           /* per-token outputs, or NULL */
-    int32_t *matched_out;
-    /* KenLM's state: what was found ending at the previous token, orders 1..len: state[0] is
-     * the word id, state[j-1] for j >= 2 the slot of the order-j entry in its table. */
-    uint32_t state[MAX_ORDER];
-    int len;
-    /* The pending lookups of token i, issued by `issue` and resolved by `resolve`. */
-    uint32_t w;
-    int n_try;
-    uint64_t key[MAX_ORDER], home[MAX_ORDER];
-} Lane;
+    uint32_t *found[MAX_ORDER]; /* found[k-1]: order k = 1..N */
+    float *prob[MAX_ORDER];     /* [k-1]: the found order-k entry's log-prob, k >= 2 */
+    float *backoff[MAX_ORDER];  /* [k-1]: and its backoff */
+    uint32_t *pos;              /* one pass's lookups: position, key, home slot */
+    uint64_t *key, *home;
+    uint8_t *lead;              /* 1 at each text's lead position */
+    void *block;                /* one allocation holds them all */
+} Scratch;
 
-/* Sets `lane` up for a text of `n` words starting at `words`. */
+/* Scratch for chunks of up to `cap` positions. Returns 0, or -1 when out of memory. */
+static int
+scratch_alloc(Scratch *sc, int order, Py_ssize_t cap)
+{
+    const size_t n = (size_t)cap;
+    const size_t per_position = (size_t)order * (sizeof(uint32_t) + 2 * sizeof(float)) +
+                                sizeof(uint32_t) + 2 * sizeof(uint64_t) + 1;
+    char *at = sc->block = malloc(n * per_position);
+    if (!at) {
+        return -1;
+    }
+    /* 8-byte arrays first: every array stays aligned to its item size. */
+    sc->key = (uint64_t *)at, at += n * sizeof(uint64_t);
+    sc->home = (uint64_t *)at, at += n * sizeof(uint64_t);
+    for (int k = 0; k < order; k++) {
+        sc->found[k] = (uint32_t *)at, at += n * sizeof(uint32_t);
+        sc->prob[k] = (float *)at, at += n * sizeof(float);
+        sc->backoff[k] = (float *)at, at += n * sizeof(float);
+    }
+    sc->pos = (uint32_t *)at, at += n * sizeof(uint32_t);
+    sc->lead = (uint8_t *)at;
+    return 0;
+}
+
+/* The order-k entries (k >= 2) ending at positions [0, n_pos). Position p is looked up when the
+ * order-(k-1) entries ending at p - 1 (the context) and at p were both found: every suffix of an
+ * entry is an entry, so without the latter the lookup would miss anyway (the token-by-token
+ * walk's "first miss ends the chain"). */
 static void
-lane_start(const ScorerObject *s, Lane *lane, Py_ssize_t text, const int32_t *words, Py_ssize_t n,
-           int bos, int eos, double *lp, int32_t *matched_out)
+find_order(const ScorerObject *s, Scratch *sc, int k, Py_ssize_t n_pos)
 {
-    lane->words = words;
-    lane->n_words = n;
-    lane->n_tokens = n + eos;
-    lane->i = 0;
-    lane->text = text;
-    lane->total = 0.0;
-    lane->lp = lp;
-    lane->matched_out = matched_out;
-    lane->len = 0;
-    if (bos) {
-        /* <s> is context only: not scored, and it starts the chain like any word. */
-        lane->state[0] = (uint32_t)s->bos_id;
-        lane->len = s->order > 1 ? 1 : 0; /* a unigram model keeps no context */
+    const Order *o = &s->orders[k];
+    const uint32_t *prev = sc->found[k - 2], *word = sc->found[0];
+    const uint8_t *lead = sc->lead;
+    uint32_t *out = sc->found[k - 1];
+    float *prob = sc->prob[k - 1], *backoff = sc->backoff[k - 1];
+    Py_ssize_t n = 0;
+    for (Py_ssize_t p = 0; p < n_pos; p++) {
+        out[p] = kMiss;
+        /* lead[0] is set, so prev[p - 1] is read from p = 1 on */
+        if (lead[p] || prev[p - 1] == kMiss || prev[p] == kMiss) {
+            continue;
+        }
+        const uint64_t key = ((uint64_t)prev[p - 1] << 32) | word[p];
+        sc->pos[n] = (uint32_t)p;
+        sc->key[n] = key;
+        sc->home[n] = home_slot(o, key);
+        n++;
+    }
+    for (Py_ssize_t i = 0; i < n && i < PREFETCH_AHEAD; i++) {
+        __builtin_prefetch(&o->slots[sc->home[i]]);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n) {
+            __builtin_prefetch(&o->slots[sc->home[i + PREFETCH_AHEAD]]);
+        }
+        const int64_t slot = probe(o, sc->key[i], sc->home[i]);
+        if (slot >= 0) {
+            const uint32_t p = sc->pos[i];
+            out[p] = (uint32_t)slot;
+            prob[p] = o->slots[slot].prob;
+            backoff[p] = o->slots[slot].backoff;
+        }
     }
 }
 
-/* Token i's lookups: orders 2..len+1 can match, the order-k key extending the state's
- * order-(k-1) entry. Computes every key and home slot and prefetches them, so that the cache
- * misses overlap (with each other, and with the other lanes') instead of queueing. */
-static inline void
-issue(const ScorerObject *s, Lane *lane)
-{
-    lane->w = (uint32_t)(lane->i < lane->n_words ? lane->words[lane->i] : s->eos_id);
-    int n_try = lane->len < s->order - 1 ? lane->len : s->order - 1;
-    for (int j = 0; j < n_try; j++) {
-        const Order *o = &s->orders[j + 2];
-        lane->key[j] = ((uint64_t)lane->state[j] << 32) | lane->w;
-        lane->home[j] = home_slot(o, lane->key[j]);
-        __builtin_prefetch(&o->slots[lane->home[j]]);
-    }
-    lane->n_try = n_try;
-}
-
-/* Resolves token i's lookups in order (the first miss ends the chain), scores it with
- * FullScore's rule and moves the state on. */
-static inline void
-resolve(const ScorerObject *s, Lane *lane)
+/* Scores texts [t0, t1) of a validated batch (laid out from position 0) into `tot` and the
+ * per-token outputs. */
+static void
+score_chunk(const ScorerObject *s, Scratch *sc, const int32_t *id, const int64_t *off,
+            Py_ssize_t t0, Py_ssize_t t1, int bos, int eos, double *tot, double *lp_buf,
+            int32_t *len_buf)
 {
     const int order = s->order;
-    const uint32_t w = lane->w;
-    double p = s->uni_prob[w];
-    int matched = 1;
-    uint32_t next[MAX_ORDER];
-    next[0] = w;
-    for (int j = 0; j < lane->n_try; j++) {
-        const Order *o = &s->orders[j + 2];
-        int64_t slot = probe(o, lane->key[j], lane->home[j]);
-        if (slot < 0) {
-            break;
+    uint32_t *word = sc->found[0];
+    uint8_t *lead = sc->lead;
+    Py_ssize_t p = 0;
+    for (Py_ssize_t t = t0; t < t1; t++) {
+        lead[p] = 1;
+        word[p++] = bos ? (uint32_t)s->bos_id : kMiss;
+        for (int64_t i = off[t]; i < off[t + 1]; i++) {
+            lead[p] = 0;
+            word[p++] = (uint32_t)id[i];
         }
-        p = o->slots[slot].prob;
-        next[j + 1] = (uint32_t)slot;
-        matched = j + 2;
+        if (eos) {
+            lead[p] = 0;
+            word[p++] = (uint32_t)s->eos_id;
+        }
     }
-    /* FullScore: add the backoffs of the state's contexts of length >= matched (those not
-     * extended by w). The state entry of length j is state[j-1]. */
-    double backoff = 0.0;
-    for (int j = matched; j <= lane->len; j++) {
-        backoff += j == 1 ? s->uni_backoff[lane->state[0]]
-                          : s->orders[j].slots[lane->state[j - 1]].backoff;
+    for (int k = 2; k <= order; k++) {
+        find_order(s, sc, k, p);
     }
-    p += backoff;
-    lane->total += p;
-    if (lane->lp) {
-        lane->lp[lane->i] = p;
-        lane->matched_out[lane->i] = matched;
+    p = 0;
+    for (Py_ssize_t t = t0; t < t1; t++) {
+        /* The state at the lead: <s> is a context of length 1 (a unigram model keeps none). */
+        int len = bos && order > 1 ? 1 : 0;
+        p++;
+        const Py_ssize_t n_tokens = off[t + 1] - off[t] + eos;
+        const Py_ssize_t out = off[t] + (eos ? t : 0);
+        double total = 0.0;
+        for (Py_ssize_t i = 0; i < n_tokens; i++, p++) {
+            int matched = 1;
+            while (matched < order && sc->found[matched][p] != kMiss) {
+                matched++;
+            }
+            double lp = matched == 1 ? s->uni_prob[word[p]] : sc->prob[matched - 1][p];
+            /* FullScore: add the backoffs of the state's contexts of length >= matched (those
+             * not extended by this token); the context of length j is found[j-1][p-1]. */
+            for (int j = matched; j <= len; j++) {
+                lp += j == 1 ? s->uni_backoff[word[p - 1]] : sc->backoff[j - 1][p - 1];
+            }
+            total += lp;
+            if (lp_buf) {
+                lp_buf[out + i] = lp;
+                len_buf[out + i] = matched;
+            }
+            /* The new state: the entries of orders 1..min(matched, N-1) ending here. */
+            len = matched < order ? matched : order - 1;
+        }
+        tot[t] = total;
     }
-    /* The new state: entries of orders 1..min(matched, N-1) ending at w. */
-    lane->len = matched < order ? matched : order - 1;
-    memcpy(lane->state, next, (size_t)lane->len * sizeof(uint32_t));
-    lane->i++;
 }
 
-/* Scores texts [0, n_texts) of a validated batch into `tot` (and the per-token outputs), LANES
- * texts at a time: each round issues one token's lookups for every lane, then resolves them, so
- * up to LANES * (N-1) independent misses are in flight. A lane that finishes its text takes the
- * next one. Results do not depend on LANES: every text is scored on its own state. */
-#define LANES 8
-static void
+/* Scores texts [0, n_texts) of a validated batch into `tot` (and the per-token outputs), in
+ * chunks of whole texts of up to CHUNK_POSITIONS positions (a longer text is a chunk of its own).
+ * Returns 0, or -1 when the scratch could not be allocated (positions are uint32). */
+static int
 score_batch(const ScorerObject *s, const int32_t *id, const int64_t *off, Py_ssize_t n_texts,
             int bos, int eos, double *tot, double *lp_buf, int32_t *len_buf)
 {
-    Lane lanes[LANES];
-    int n_live = 0;
-    Py_ssize_t next_text = 0;
-    for (;;) {
-        /* Fill free lanes; texts with no token to score (empty, no </s>) end at once. */
-        while (n_live < LANES && next_text < n_texts) {
-            Py_ssize_t t = next_text++, start = off[t], n = off[t + 1] - off[t];
-            Py_ssize_t out = start + (eos ? t : 0);
-            if (n + eos == 0) {
-                tot[t] = 0.0;
-                continue;
-            }
-            lane_start(s, &lanes[n_live++], t, id + start, n, bos, eos,
-                       lp_buf ? lp_buf + out : NULL, len_buf ? len_buf + out : NULL);
-        }
-        if (n_live == 0) {
-            return;
-        }
-        for (int l = 0; l < n_live; l++) {
-            issue(s, &lanes[l]);
-        }
-        for (int l = 0; l < n_live; l++) {
-            resolve(s, &lanes[l]);
-        }
-        /* Retire finished lanes (moving the last live lane into the gap). */
-        for (int l = 0; l < n_live;) {
-            if (lanes[l].i == lanes[l].n_tokens) {
-                tot[lanes[l].text] = lanes[l].total;
-                lanes[l] = lanes[--n_live];
-            } else {
-                l++;
-            }
-        }
+    const Py_ssize_t extra = 1 + eos; /* the lead, and </s> */
+    Py_ssize_t cap = CHUNK_POSITIONS;
+    for (Py_ssize_t t = 0; t < n_texts; t++) {
+        const Py_ssize_t need = off[t + 1] - off[t] + extra;
+        cap = need > cap ? need : cap;
     }
+    Scratch sc;
+    if (cap > (Py_ssize_t)UINT32_MAX || scratch_alloc(&sc, s->order, cap) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t t0 = 0, t1; t0 < n_texts; t0 = t1) {
+        Py_ssize_t used = off[t0 + 1] - off[t0] + extra;
+        for (t1 = t0 + 1; t1 < n_texts; t1++) {
+            const Py_ssize_t need = off[t1 + 1] - off[t1] + extra;
+            if (used + need > cap) {
+                break;
+            }
+            used += need;
+        }
+        score_chunk(s, &sc, id, off, t0, t1, bos, eos, tot, lp_buf, len_buf);
+    }
+    free(sc.block);
+    return 0;
 }
 
 static PyObject *
@@ -617,11 +655,14 @@ Scorer_score(ScorerObject *self, PyObject *args)
             break;
         }
     }
-    if (bad < 0) {
-        score_batch(self, id, off, n_texts, bos, eos, tot, lp_buf, len_buf);
-    }
+    const int failed =
+        bad < 0 && score_batch(self, id, off, n_texts, bos, eos, tot, lp_buf, len_buf) < 0;
     if (released) {
         PyEval_RestoreThread(released);
+    }
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
     }
     if (bad >= 0) {
         PyErr_Format(PyExc_ValueError, "ids[%zd] = %d is not a vocabulary id", bad, (int)id[bad]);

@@ -13,8 +13,9 @@ entry's exact key, log-prob and backoff. The key of the order-k entry ending at 
 `(slot of the order-(k-1) entry ending at token i-1) << 32 | word_i` (order 1's "slot" is the word
 id), so the entries ending at a token form a prefix chain through the tables.
 
-The C kernel (`_kernel.c`, the default when built) walks the texts with KenLM's state, issuing
-all of a token's lookups before resolving them. `kernel="numpy"` is the vectorised reference:
+The C kernel (`_kernel.c`, the default when built) resolves the orders one after another over a
+chunk of texts, prefetching lookups well ahead, then applies KenLM's state rule per text.
+`kernel="numpy"` is the vectorised reference:
 1. Lay the batch out as one token array with `<s>`/`</s>` inserted per text.
 2. Resolve order k for all positions still matching in one vectorised lookup, k = 2..N.
 3. The backoff part at token i is (sum of backoffs of all contexts found at i-1) minus (those
