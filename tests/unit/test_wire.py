@@ -27,6 +27,7 @@ def _packed(log_probs: list[float], tokens: list[int], oovs: list[int]) -> pb.Sc
         oov_counts=np.array(oovs, dtype=np.int64),
         oov_log_probs=None,
         details=None,
+        total_tokens=sum(tokens),
     )
     return convert.score_response("m", scored)
 
@@ -91,8 +92,65 @@ def test_details_still_built_field_by_field() -> None:
         oov_counts=np.array([0]),
         oov_log_probs=None,
         details=[details],
+        total_tokens=2,
     )
     [result] = convert.score_response("m", scored).results
     assert list(result.details.tokens) == ["a", "</s>"]
     assert list(result.details.log_probs) == [-1.0, -2.0]
     assert (result.log_prob, result.token_count) == (-3.0, 2)
+
+
+def test_c_packing_equals_numpy_packing() -> None:
+    """`_wire.pack_totals` (C) writes the very bytes of `packed_text_scores` (numpy)."""
+    from lmserve.server.api import _wire
+
+    rng = np.random.default_rng(11)
+    top = wire.MAX_PACKED_COUNT
+    log_probs = np.concatenate(
+        [rng.standard_normal(500) * 80, [0.0, -0.0, math.nan, -math.inf, math.inf, -5e300]]
+    )
+    n = len(log_probs)
+    tokens = np.concatenate([rng.integers(0, top + 1, n - 4), [0, 127, 128, top]])
+    oovs = np.concatenate([rng.integers(0, 300, n - 4), [top, 16383, 16384, 0]])
+    packed = _wire.pack_totals(log_probs, tokens, oovs)
+    assert packed is not None and len(packed) == 19 * n
+    assert packed == wire.packed_text_scores(log_probs, tokens, oovs)
+    empty = np.array([], dtype=np.float64), np.array([], dtype=np.int64)
+    assert _wire.pack_totals(empty[0], empty[1], empty[1]) == b""
+    for bad_tokens, bad_oovs in [([top + 1], [0]), ([1], [top + 1]), ([-1], [0]), ([1], [-3])]:
+        assert _wire.pack_totals(np.array([-1.0]), np.array(bad_tokens), np.array(bad_oovs)) is None
+
+
+def test_c_packing_refuses_wrong_arrays() -> None:
+    from lmserve.server.api import _wire
+
+    f64, i64 = np.zeros(3), np.zeros(3, dtype=np.int64)
+    with pytest.raises(TypeError, match="log_probs"):
+        _wire.pack_totals(f64.astype(np.float32), i64, i64)
+    with pytest.raises(TypeError, match="oov_counts"):
+        _wire.pack_totals(f64, i64, i64.astype(np.int32))
+    with pytest.raises(ValueError, match="length"):
+        _wire.pack_totals(f64, i64, i64[:2])
+    with pytest.raises(TypeError):
+        _wire.pack_totals(f64, i64)  # type: ignore[call-arg]
+
+
+def test_response_bytes_parse_to_the_built_message() -> None:
+    """What Score sends for totals alone: the model field and the packed records, which any
+    protobuf parser reads as the message built field by field."""
+    log_probs, tokens, oovs = [-3.5, -0.0, -12.25], [4, 1, 300], [0, 1, 2]
+    scored = ScoredTexts(
+        log_probs=np.array(log_probs),
+        token_counts=np.array(tokens),
+        word_counts=np.array(tokens),
+        oov_counts=np.array(oovs),
+        oov_log_probs=None,
+        details=None,
+        total_tokens=sum(tokens),
+    )
+    for model in ("m", "kjv-5gram", "ü" * 100):  # a name longer than one varint byte
+        data = convert.score_response_bytes(model, scored)
+        assert isinstance(data, bytes)
+        want = _added(log_probs, tokens, oovs)
+        want.model = model
+        assert pb.ScoreResponse.FromString(data) == want

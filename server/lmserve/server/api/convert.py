@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from lmserve.server.api import wire
 from lmserve.server.decoding.scoring import PerplexityStats, ScoredTexts, TokenDetails
 from lmserve.server.registry.manifest import ModelFormat, ModelKind
@@ -93,16 +95,31 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
     return info
 
 
+def score_response_bytes(model: str, scored: ScoredTexts) -> bytes | pb.ScoreResponse:
+    """The response as wire bytes when it holds totals only (the common rescoring case: see
+    `wire`), else as a message (`score_response`)."""
+    if scored.details is None:
+        packed = wire.pack_totals(scored.log_probs, scored.token_counts, scored.oov_counts)
+        if packed is not None:
+            return _model_field(model) + packed
+    return score_response(model, scored)
+
+
+@functools.lru_cache(maxsize=256)
+def _model_field(model: str) -> bytes:
+    """`ScoreResponse.model`'s wire bytes (field 1); names come from the model repository."""
+    return wire.string_field(1, model)
+
+
 def score_response(model: str, scored: ScoredTexts) -> pb.ScoreResponse:
     """One TextScore per text; per-token details only when they were computed.
 
-    This runs for every text of every Score request. Totals alone are packed as wire bytes and
-    parsed in one call (`wire.packed_text_scores`, ~4x cheaper); otherwise results are appended
-    in place with `results.add`, about twice as fast as building a list of TextScore messages
-    and copying it in."""
+    Totals alone are packed as wire bytes and parsed in one call (~4x cheaper than one
+    `results.add` per text); otherwise results are appended in place with `results.add`, about
+    twice as fast as building a list of TextScore messages and copying it in."""
     response = pb.ScoreResponse(model=model)
     if scored.details is None:
-        packed = wire.packed_text_scores(scored.log_probs, scored.token_counts, scored.oov_counts)
+        packed = wire.pack_totals(scored.log_probs, scored.token_counts, scored.oov_counts)
         if packed is not None:
             response.MergeFromString(packed)
             return response

@@ -1,4 +1,5 @@
-"""The one place errors become gRPC status codes, deadlines are checked and RPCs are measured.
+"""The one place errors become gRPC status codes, deadlines are checked and RPCs are measured
+(and where prebuilt response bytes pass the serializer).
 
     server = grpc.aio.server(interceptors=[ServingInterceptor(metrics)])
 
@@ -84,7 +85,7 @@ class ServingInterceptor(aio.ServerInterceptor):
         return factory(
             wrap(method, behavior),
             request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
+            response_serializer=_passing_bytes(handler.response_serializer),
         )
 
     @contextlib.asynccontextmanager
@@ -126,6 +127,18 @@ class ServingInterceptor(aio.ServerInterceptor):
 
     def _record(self, method: str, model: str, code: grpc.StatusCode, started: float) -> None:
         self._metrics.record_request(method, model, code.name, time.perf_counter() - started)
+
+
+def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """The handler's response serializer, except that a servicer may answer with the response's
+    wire bytes, already written (`convert.score_response_bytes`): those go out as they are."""
+    if serializer is None:
+        return None
+
+    def serialize(response: Any) -> bytes:
+        return response if type(response) is bytes else serializer(response)
+
+    return serialize
 
 
 def _check_deadline(context: aio.ServicerContext) -> None:

@@ -90,12 +90,12 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
 
     async def Score(
         self, request: pb.ScoreRequest, context: aio.ServicerContext
-    ) -> pb.ScoreResponse:
+    ) -> pb.ScoreResponse | bytes:
         return await self._score_request(request)
 
     async def ScoreStream(
         self, request_iterator: AsyncIterator[pb.ScoreRequest], context: aio.ServicerContext
-    ) -> AsyncIterator[pb.ScoreResponse]:
+    ) -> AsyncIterator[pb.ScoreResponse | bytes]:
         """Score per message, answered in order; a failure names the request's index.
 
         A task reads ahead (a few requests at most) while a request is scored and its answer
@@ -128,13 +128,14 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         finally:
             reader.cancel()  # a no-op once it finished
 
-    async def _score_request(self, request: pb.ScoreRequest) -> pb.ScoreResponse:
-        """One Score request, validated, scored and converted (Score and ScoreStream)."""
+    async def _score_request(self, request: pb.ScoreRequest) -> pb.ScoreResponse | bytes:
+        """One Score request, validated, scored and converted (Score and ScoreStream): totals
+        alone as the response's wire bytes, which the interceptor sends as they are."""
         entry = self._ready(request.model)
         batch = validate_batch(request, self._limits)
         options = validate_options(request)
         scored = await self._score(entry, batch, options, details=request.return_tokens)
-        return convert.score_response(request.model, scored)
+        return convert.score_response_bytes(request.model, scored)
 
     async def Perplexity(
         self, request: pb.PerplexityRequest, context: aio.ServicerContext

@@ -69,13 +69,11 @@ class ScoredTexts:
     # Sum of the OOV tokens' log-probs per text; None when not asked for.
     oov_log_probs: FloatArray | None
     details: list[TokenDetails] | None
+    # Sum of token_counts, known without a numpy call (the metrics take it per request).
+    total_tokens: int
 
     def __len__(self) -> int:
         return len(self.log_probs)
-
-    @property
-    def total_tokens(self) -> int:
-        return int(self.token_counts.sum())
 
 
 @dataclass(frozen=True)
@@ -254,6 +252,7 @@ class Scorer:
             oov_counts=oov_counts,
             oov_log_probs=oov_sums,
             details=text_details,
+            total_tokens=len(batch.ids) + (len(lengths) if options.eos else 0),
         )
 
     def _details(
