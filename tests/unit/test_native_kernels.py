@@ -230,6 +230,29 @@ def test_wordindex_words_around_the_inline_length() -> None:
     assert 0 < int(want.oov.sum()) < len(want.oov)  # both hits and misses were looked up
 
 
+def test_wordindex_splits_across_block_boundaries() -> None:
+    """The splitter reads 16 bytes at a time: words and whitespace runs that start, end or
+    straddle a block's edge, texts that end exactly on one, and words longer than a block."""
+    words = ["<unk>", "<s>", "</s>", "é", "漢字", *("w" * n for n in range(1, 40))]
+    vocab = Vocabulary.from_words(words)
+    index = wordindex_module.WordIndex(list(vocab.words), vocab.unk_id)
+    rng = random.Random(5)
+    texts = []
+    for lead in range(34):
+        for length in (1, 2, 7, 8, 9, 15, 16, 17, 31, 33):
+            gap = rng.choice([" ", "\t", "\r\n", " " * 17, "\x0b\x0c"])
+            texts.append(" " * lead + "w" * length + gap + "漢字" + gap + "é" * (length % 5 + 1))
+            texts.append("x" * lead + " " + "w" * length)  # ends with a word, any alignment
+            texts.append("w" * (lead + length))  # one word, no whitespace at all
+    texts += ["w" * 16, "w" * 32, " " * 16, " " * 32 + "w", "\t" * 15 + "ww" + " " * 15]
+    ids, offsets, oov, oov_counts = index.encode(texts)
+    want = _reference_encode(texts, vocab)
+    np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
+    np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
+    np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
+    assert np.frombuffer(oov_counts, np.int64).tolist() == _oov_per_text(want)
+
+
 def test_wordindex_kenlm_whitespace_only() -> None:
     index = wordindex_module.WordIndex(["<unk>", "a", "b"], 0)
     ids, offsets, oov, oov_counts = index.encode(

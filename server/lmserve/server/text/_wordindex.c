@@ -28,6 +28,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Batches of at least this many (possible) words release the GIL while they are encoded. */
 #define RELEASE_GIL_MIN_WORDS ((Py_ssize_t)1 << 16)
@@ -288,6 +291,114 @@ look_up(const WordIndexObject *self, const Pending *words, int n, Py_ssize_t fir
     }
 }
 
+/* The batch being encoded: words are split into `pending`, looked up a window at a time. */
+typedef struct {
+    const WordIndexObject *index;
+    Pending pending[LOOKUP_WINDOW];
+    int n_pending;
+    Py_ssize_t n_words;
+    int32_t *id_out;
+    uint8_t *oov_out;
+} Encoding;
+
+/* Takes the word p[0:len] of a text that ends at `end`: its key now, its home slot prefetched,
+ * its lookup with the window's. */
+static inline void
+push_word(Encoding *e, const char *p, size_t len, const char *end)
+{
+    Pending *w = &e->pending[e->n_pending++];
+    w->p = p;
+    w->len = len;
+    w->key = word_key(p, len, end);
+    __builtin_prefetch(&e->index->slots[home_slot(w->key, e->index->mask)]);
+    e->n_words++;
+    if (e->n_pending == LOOKUP_WINDOW) {
+        look_up(e->index, e->pending, e->n_pending, e->n_words - e->n_pending, e->id_out,
+                e->oov_out);
+        e->n_pending = 0;
+    }
+}
+
+#ifdef __SSE2__
+/* Bit i set where byte i of the 16 at p is KenLM whitespace: ' ', or \t \n \v \f \r (9-13). */
+static inline uint32_t
+space_mask(const char *p)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    const __m128i space = _mm_cmpeq_epi8(v, _mm_set1_epi8(' '));
+    const __m128i from_tab = _mm_sub_epi8(v, _mm_set1_epi8('\t'));
+    const __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(from_tab, _mm_set1_epi8(4)), from_tab);
+    return (uint32_t)_mm_movemask_epi8(_mm_or_si128(space, control));
+}
+
+/* Splits p[0:n] 16 bytes at a time: a whitespace mask per block, and the words' starts (a
+ * non-space after a space) and ends (a space after a non-space) taken from it bit by bit, with
+ * no branch per byte. The last partial block is read from a copy padded with spaces. */
+static void
+split_text(Encoding *e, const char *p, Py_ssize_t n)
+{
+    const char *const end = p + n;
+    const char *word = NULL; /* the word being read, if any */
+    uint32_t space_before = 1; /* the byte before the block is a space (or the text's start) */
+    for (Py_ssize_t at = 0; at < n; at += 16) {
+        uint32_t mask;
+        if (n - at >= 16) {
+            mask = space_mask(p + at);
+        } else {
+            char tail[16];
+            memset(tail, ' ', sizeof tail);
+            memcpy(tail, p + at, (size_t)(n - at));
+            mask = space_mask(tail);
+        }
+        const uint32_t after_space = ((mask << 1) | space_before) & 0xFFFF;
+        uint32_t starts = ~mask & after_space & 0xFFFF, ends = mask & ~after_space;
+        space_before = mask >> 15;
+        /* Starts and ends alternate: take whichever comes next. */
+        for (;;) {
+            if (!word) {
+                if (!starts) {
+                    break;
+                }
+                word = p + at + __builtin_ctz(starts);
+                starts &= starts - 1;
+            } else {
+                if (!ends) {
+                    break;
+                }
+                const char *stop = p + at + __builtin_ctz(ends);
+                ends &= ends - 1;
+                push_word(e, word, (size_t)(stop - word), end);
+                word = NULL;
+            }
+        }
+    }
+    /* A word running to the end met a padding space, unless the text fills its last block. */
+    if (word) {
+        push_word(e, word, (size_t)(end - word), end);
+    }
+}
+#else
+/* Splits p[0:n] byte by byte (hosts without SSE2). */
+static void
+split_text(Encoding *e, const char *p, Py_ssize_t n)
+{
+    const char *const end = p + n;
+    for (;;) {
+        while (p < end && kSpace[(unsigned char)*p]) {
+            p++;
+        }
+        if (p == end) {
+            return;
+        }
+        const char *word = p;
+        while (p < end && !kSpace[(unsigned char)*p]) {
+            p++;
+        }
+        push_word(e, word, (size_t)(p - word), end);
+    }
+}
+#endif
+
 static PyObject *
 WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
 {
@@ -333,42 +444,18 @@ WordIndex_encode(WordIndexObject *self, PyObject *texts_obj)
     uint8_t *oov_out = (uint8_t *)PyByteArray_AS_STRING(oov);
     int64_t *off_out = (int64_t *)PyByteArray_AS_STRING(offsets);
     int64_t *oov_count_out = (int64_t *)PyByteArray_AS_STRING(oov_counts);
-    Py_ssize_t n_words = 0;
-    /* Words split but not yet looked up: the lookups of a window run after their slots were
-       prefetched while the window was being split (see Pending). */
-    Pending pending[LOOKUP_WINDOW];
-    int n_pending = 0;
+    Encoding e = {.index = self, .n_pending = 0, .n_words = 0, .id_out = id_out,
+                  .oov_out = oov_out};
     /* As in the n-gram kernel: only a long batch releases the GIL (a busy server's threads
        would otherwise make this call wait to win it back, longer than the work itself). */
     PyThreadState *released = cap >= RELEASE_GIL_MIN_WORDS ? PyEval_SaveThread() : NULL;
     off_out[0] = 0;
     for (Py_ssize_t i = 0; i < n_texts; i++) {
-        const char *p = spans[i].p, *end = p + spans[i].n;
-        for (;;) {
-            while (p < end && kSpace[(unsigned char)*p]) {
-                p++;
-            }
-            if (p == end) {
-                break;
-            }
-            const char *word = p;
-            while (p < end && !kSpace[(unsigned char)*p]) {
-                p++;
-            }
-            Pending *w = &pending[n_pending++];
-            w->p = word;
-            w->len = (size_t)(p - word);
-            w->key = word_key(word, w->len, end);
-            __builtin_prefetch(&self->slots[home_slot(w->key, self->mask)]);
-            n_words++;
-            if (n_pending == LOOKUP_WINDOW) {
-                look_up(self, pending, n_pending, n_words - n_pending, id_out, oov_out);
-                n_pending = 0;
-            }
-        }
-        off_out[i + 1] = n_words;
+        split_text(&e, spans[i].p, spans[i].n);
+        off_out[i + 1] = e.n_words;
     }
-    look_up(self, pending, n_pending, n_words - n_pending, id_out, oov_out);
+    look_up(self, e.pending, e.n_pending, e.n_words - e.n_pending, id_out, oov_out);
+    const Py_ssize_t n_words = e.n_words;
     for (Py_ssize_t i = 0; i < n_texts; i++) {
         int64_t count = 0;
         for (int64_t j = off_out[i]; j < off_out[i + 1]; j++) {
