@@ -17,6 +17,7 @@ import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lmserve.client import _requests as req
+from lmserve.client import _wire
 from lmserve.client.errors import LmServeClientError, ModelNotFoundError, from_rpc_error
 from lmserve.client.types import (
     BeamHypothesis,
@@ -48,7 +49,9 @@ def _health_from_model(info: ModelInfo) -> HealthStatus:
     return HealthStatus(health_service(info.name), "SERVING" if info.ready else "NOT_SERVING")
 
 
-def _scores(resp: pb.ScoreResponse, with_tokens: bool) -> list[TextScore]:
+def _scores(resp: _wire.ScoreReply, with_tokens: bool) -> list[TextScore]:
+    if isinstance(resp, list):  # totals, read from the wire bytes (`_wire`)
+        return resp
     if with_tokens:
         return [TextScore.from_proto(r, True) for r in resp.results]
     # The common rescoring path: totals only, no per-token work.
@@ -137,6 +140,17 @@ class LmServeClient:
             self._channel = grpc.insecure_channel(target, options=opts)
         self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
+        # Score and ScoreStream answers read by `_wire` rather than as messages.
+        self._score = self._channel.unary_unary(
+            _wire.SCORE_METHOD,
+            request_serializer=pb.ScoreRequest.SerializeToString,
+            response_deserializer=_wire.read_score_response,
+        )
+        self._score_stream = self._channel.stream_stream(
+            _wire.SCORE_STREAM_METHOD,
+            request_serializer=pb.ScoreRequest.SerializeToString,
+            response_deserializer=_wire.read_score_response,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -196,7 +210,7 @@ class LmServeClient:
         Log-probabilities are nats; `</s>` is scored and counted when `eos` is on."""
         request = req.score_request(model, inputs, bos, eos, return_tokens)
         with _rpc_errors():
-            resp = self._stub.Score(request, timeout=self._t(timeout))
+            resp = self._score(request, timeout=self._t(timeout))
         return _scores(resp, return_tokens)
 
     def score_stream(
@@ -221,7 +235,7 @@ class LmServeClient:
         requests = _CapturingIterator(
             req.score_request(model, batch, bos, eos, return_tokens) for batch in batches
         )
-        call = self._stub.ScoreStream(requests, timeout=self._t(timeout))
+        call = self._score_stream(requests, timeout=self._t(timeout))
         try:
             with requests.errors():
                 for resp in call:
@@ -380,6 +394,16 @@ class AsyncLmServeClient:
             self._channel = grpc.aio.insecure_channel(target, options=opts)
         self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._score = self._channel.unary_unary(
+            _wire.SCORE_METHOD,
+            request_serializer=pb.ScoreRequest.SerializeToString,
+            response_deserializer=_wire.read_score_response,
+        )
+        self._score_stream = self._channel.stream_stream(
+            _wire.SCORE_STREAM_METHOD,
+            request_serializer=pb.ScoreRequest.SerializeToString,
+            response_deserializer=_wire.read_score_response,
+        )
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
@@ -422,7 +446,7 @@ class AsyncLmServeClient:
     ) -> list[TextScore]:
         request = req.score_request(model, inputs, bos, eos, return_tokens)
         with _rpc_errors():
-            resp = await self._stub.Score(request, timeout=self._t(timeout))
+            resp = await self._score(request, timeout=self._t(timeout))
         return _scores(resp, return_tokens)
 
     async def score_stream(
@@ -440,7 +464,7 @@ class AsyncLmServeClient:
         requests: _AsyncRequests[pb.ScoreRequest] = _AsyncRequests(
             batches, lambda batch: req.score_request(model, batch, bos, eos, return_tokens)
         )
-        call = self._stub.ScoreStream(requests.__aiter__(), timeout=self._t(timeout))
+        call = self._score_stream(requests.__aiter__(), timeout=self._t(timeout))
         try:
             with requests.errors():
                 async for resp in call:
