@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -191,6 +192,17 @@ def _reference_encode(texts: list[str], vocab: Vocabulary) -> EncodedBatch:
     return encode_token_lists(WordTokenizer().split_batch(texts), vocab)
 
 
+def _assert_encodes_as_python(index: Any, texts: list[str], vocab: Vocabulary) -> EncodedBatch:
+    """`index.encode(texts)` gives what the Python tokenizer and vocabulary give; returns that."""
+    ids, offsets, oov, oov_counts = index.encode(texts)
+    want = _reference_encode(texts, vocab)
+    np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
+    np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
+    np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
+    assert np.frombuffer(oov_counts, np.int64).tolist() == _oov_per_text(want)
+    return want
+
+
 def test_wordindex_equals_python_encoding() -> None:
     words = ["<unk>", "<s>", "</s>", "the", "é", "漢字", "a\u00a0b", "ünïcödé", "x" * 40, "it's"]
     vocab = Vocabulary.from_words(words)
@@ -199,12 +211,7 @@ def test_wordindex_equals_python_encoding() -> None:
     rng = random.Random(7)
     for _ in range(300):
         texts = [_random_text(rng, words) for _ in range(rng.randrange(0, 8))]
-        ids, offsets, oov, oov_counts = index.encode(texts)
-        want = _reference_encode(texts, vocab)
-        np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
-        np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
-        np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
-        assert np.frombuffer(oov_counts, np.int64).tolist() == _oov_per_text(want)
+        _assert_encodes_as_python(index, texts, vocab)
 
 
 def test_wordindex_words_around_the_inline_length() -> None:
@@ -221,12 +228,7 @@ def test_wordindex_words_around_the_inline_length() -> None:
     near = [w[:-1] + chr(ord(w[-1]) + 1) for w in stems] + [w + "x" for w in stems] + ["ab", "a"]
     probes = stems + near + [w[:-1] for w in stems if len(w) > 1] + extra[:500]
     texts = [" ".join(probes[i : i + 7]) for i in range(len(probes))] + probes
-    ids, offsets, oov, oov_counts = index.encode(texts)
-    want = _reference_encode(texts, vocab)
-    np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
-    np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
-    np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
-    assert np.frombuffer(oov_counts, np.int64).tolist() == _oov_per_text(want)
+    want = _assert_encodes_as_python(index, texts, vocab)
     assert 0 < int(want.oov.sum()) < len(want.oov)  # both hits and misses were looked up
 
 
@@ -245,12 +247,7 @@ def test_wordindex_splits_across_block_boundaries() -> None:
             texts.append("x" * lead + " " + "w" * length)  # ends with a word, any alignment
             texts.append("w" * (lead + length))  # one word, no whitespace at all
     texts += ["w" * 16, "w" * 32, " " * 16, " " * 32 + "w", "\t" * 15 + "ww" + " " * 15]
-    ids, offsets, oov, oov_counts = index.encode(texts)
-    want = _reference_encode(texts, vocab)
-    np.testing.assert_array_equal(np.frombuffer(ids, np.int32), want.ids)
-    np.testing.assert_array_equal(np.frombuffer(offsets, np.int64), want.offsets)
-    np.testing.assert_array_equal(np.frombuffer(oov, np.bool_), want.oov)
-    assert np.frombuffer(oov_counts, np.int64).tolist() == _oov_per_text(want)
+    _assert_encodes_as_python(index, texts, vocab)
 
 
 def test_wordindex_kenlm_whitespace_only() -> None:

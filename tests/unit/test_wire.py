@@ -1,4 +1,5 @@
-"""Packed totals (`api.wire`) give the very message `results.add` builds, byte for byte."""
+"""Packed totals (`api.wire`) give the very message `results.add` builds, byte for byte, and the
+client (`lmserve.client._wire`) reads them back as protobuf would."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from lmserve.client import _wire as client_wire
+from lmserve.client.client import _scores
+from lmserve.client.types import TextScore
 from lmserve.server.api import convert, wire
 from lmserve.server.decoding.scoring import ScoredTexts
 from lmserve.v1 import lm_service_pb2 as pb
@@ -19,8 +23,8 @@ def _added(log_probs: list[float], tokens: list[int], oovs: list[int]) -> pb.Sco
     return response
 
 
-def _packed(log_probs: list[float], tokens: list[int], oovs: list[int]) -> pb.ScoreResponse:
-    scored = ScoredTexts(
+def _scored(log_probs: list[float], tokens: list[int], oovs: list[int]) -> ScoredTexts:
+    return ScoredTexts(
         log_probs=np.array(log_probs, dtype=np.float64),
         token_counts=np.array(tokens, dtype=np.int64),
         word_counts=np.array(tokens, dtype=np.int64),
@@ -29,7 +33,10 @@ def _packed(log_probs: list[float], tokens: list[int], oovs: list[int]) -> pb.Sc
         details=None,
         total_tokens=sum(tokens),
     )
-    return convert.score_response("m", scored)
+
+
+def _packed(log_probs: list[float], tokens: list[int], oovs: list[int]) -> pb.ScoreResponse:
+    return convert.score_response("m", _scored(log_probs, tokens, oovs))
 
 
 def _same(log_probs: list[float], tokens: list[int], oovs: list[int]) -> bytes:
@@ -139,18 +146,65 @@ def test_response_bytes_parse_to_the_built_message() -> None:
     """What Score sends for totals alone: the model field and the packed records, which any
     protobuf parser reads as the message built field by field."""
     log_probs, tokens, oovs = [-3.5, -0.0, -12.25], [4, 1, 300], [0, 1, 2]
-    scored = ScoredTexts(
-        log_probs=np.array(log_probs),
-        token_counts=np.array(tokens),
-        word_counts=np.array(tokens),
-        oov_counts=np.array(oovs),
-        oov_log_probs=None,
-        details=None,
-        total_tokens=sum(tokens),
-    )
     for model in ("m", "kjv-5gram", "ü" * 100):  # a name longer than one varint byte
-        data = convert.score_response_bytes(model, scored)
+        data = convert.score_response_bytes(model, _scored(log_probs, tokens, oovs))
         assert isinstance(data, bytes)
         want = _added(log_probs, tokens, oovs)
         want.model = model
         assert pb.ScoreResponse.FromString(data) == want
+
+
+# -- the client's side: `lmserve.client._wire` reads those bytes back --------------------------
+
+
+def _by_protobuf(data: bytes) -> list[TextScore]:
+    return _scores(pb.ScoreResponse.FromString(data), False)
+
+
+def _same_scores(a: list[TextScore], b: list[TextScore]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert (x.token_count, x.oov_count, x.tokens) == (y.token_count, y.oov_count, y.tokens)
+        assert x.log_prob == y.log_prob or (math.isnan(x.log_prob) and math.isnan(y.log_prob))
+        assert math.copysign(1, x.log_prob) == math.copysign(1, y.log_prob)
+
+
+def test_client_reads_server_bytes_without_protobuf() -> None:
+    rng = np.random.default_rng(3)
+    n = 400
+    log_probs = [*(rng.standard_normal(n) * 50).tolist(), 0.0, -0.0, -math.inf, math.nan]
+    tokens = [*rng.integers(0, 1 << 21, n).tolist(), 0, 127, 128, (1 << 21) - 1]
+    oovs = [*rng.integers(0, 300, n).tolist(), 16383, 16384, 0, 1]
+    data = convert.score_response_bytes("kjv-5gram", _scored(log_probs, tokens, oovs))
+    assert isinstance(data, bytes)
+    reply = client_wire.read_score_response(data)
+    assert isinstance(reply, list)  # the fast path took it
+    _same_scores(reply, _by_protobuf(data))
+    assert [r.token_count for r in reply] == tokens
+
+
+def test_client_reads_other_encodings_through_protobuf() -> None:
+    scored = _scored([-1.5, -2.25], [3, 20000], [0, 2])
+    served = convert.score_response_bytes("m", scored)
+    assert isinstance(served, bytes)
+    canonical = pb.ScoreResponse.FromString(served).SerializeToString()  # minimal varints
+    long_name = convert.score_response_bytes("x" * 200, scored)  # a 2-byte length varint
+    assert isinstance(long_name, bytes)
+    for data in (canonical, long_name):
+        reply = client_wire.read_score_response(data)
+        assert isinstance(reply, pb.ScoreResponse)
+        _same_scores(_scores(reply, False), _by_protobuf(served))
+    # Per-token details are not totals: the message, with its details.
+    with_details = pb.ScoreResponse(model="m")
+    result = with_details.results.add(log_prob=-1.0, token_count=1)
+    result.details.tokens.append("a")
+    reply = client_wire.read_score_response(with_details.SerializeToString())
+    assert isinstance(reply, pb.ScoreResponse) and list(reply.results[0].details.tokens) == ["a"]
+
+
+def test_client_reads_empty_and_nameless_answers() -> None:
+    empty = convert.score_response_bytes("m", _scored([], [], []))
+    assert isinstance(empty, bytes) and client_wire.read_score_response(empty) == []
+    nameless = pb.ScoreResponse(results=[pb.TextScore(log_prob=-1.0, token_count=2)])
+    reply = client_wire.read_score_response(nameless.SerializeToString())
+    _same_scores(_scores(reply, False), [TextScore(-1.0, 2, 0)])

@@ -49,6 +49,22 @@ def _health_from_model(info: ModelInfo) -> HealthStatus:
     return HealthStatus(health_service(info.name), "SERVING" if info.ready else "NOT_SERVING")
 
 
+def _score_calls(channel: Any) -> tuple[Any, Any]:
+    """Score and ScoreStream on `channel` (sync or asyncio), their answers read by `_wire`
+    rather than as messages."""
+    score = channel.unary_unary(
+        _wire.SCORE_METHOD,
+        request_serializer=pb.ScoreRequest.SerializeToString,
+        response_deserializer=_wire.read_score_response,
+    )
+    score_stream = channel.stream_stream(
+        _wire.SCORE_STREAM_METHOD,
+        request_serializer=pb.ScoreRequest.SerializeToString,
+        response_deserializer=_wire.read_score_response,
+    )
+    return score, score_stream
+
+
 def _scores(resp: _wire.ScoreReply, with_tokens: bool) -> list[TextScore]:
     if isinstance(resp, list):  # totals, read from the wire bytes (`_wire`)
         return resp
@@ -140,17 +156,7 @@ class LmServeClient:
             self._channel = grpc.insecure_channel(target, options=opts)
         self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
-        # Score and ScoreStream answers read by `_wire` rather than as messages.
-        self._score = self._channel.unary_unary(
-            _wire.SCORE_METHOD,
-            request_serializer=pb.ScoreRequest.SerializeToString,
-            response_deserializer=_wire.read_score_response,
-        )
-        self._score_stream = self._channel.stream_stream(
-            _wire.SCORE_STREAM_METHOD,
-            request_serializer=pb.ScoreRequest.SerializeToString,
-            response_deserializer=_wire.read_score_response,
-        )
+        self._score, self._score_stream = _score_calls(self._channel)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -394,16 +400,7 @@ class AsyncLmServeClient:
             self._channel = grpc.aio.insecure_channel(target, options=opts)
         self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
-        self._score = self._channel.unary_unary(
-            _wire.SCORE_METHOD,
-            request_serializer=pb.ScoreRequest.SerializeToString,
-            response_deserializer=_wire.read_score_response,
-        )
-        self._score_stream = self._channel.stream_stream(
-            _wire.SCORE_STREAM_METHOD,
-            request_serializer=pb.ScoreRequest.SerializeToString,
-            response_deserializer=_wire.read_score_response,
-        )
+        self._score, self._score_stream = _score_calls(self._channel)
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
