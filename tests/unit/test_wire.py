@@ -128,6 +128,22 @@ def test_c_packing_equals_numpy_packing() -> None:
         assert _wire.pack_totals(np.array([-1.0]), np.array(bad_tokens), np.array(bad_oovs)) is None
 
 
+def test_packing_takes_other_integer_and_float_arrays() -> None:
+    """`wire.pack_totals` converts what the C writer does not take (int32 counts, float32 or
+    strided log-probs) instead of failing the request."""
+    log_probs = np.array([-1.5, -2.0, -3.25, -4.0])
+    want = wire.packed_text_scores(log_probs[::2], np.array([3, 4]), np.array([0, 1]))
+    got = wire.pack_totals(
+        log_probs[::2], np.array([3, 4], dtype=np.int32), np.array([0, 1], dtype=np.int16)
+    )
+    assert got == want
+    assert wire.pack_totals(
+        log_probs[::2].astype(np.float32), np.array([3, 4]), np.array([0, 1])
+    ) == wire.packed_text_scores(
+        log_probs[::2].astype(np.float32), np.array([3, 4]), np.array([0, 1])
+    )
+
+
 def test_c_packing_refuses_wrong_arrays() -> None:
     from lmserve.server.api import _wire
 

@@ -24,6 +24,8 @@ negative) count returns None and the caller builds it the ordinary way.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -87,10 +89,20 @@ def pack_totals(
     token_counts: npt.NDArray[np.int64],
     oov_counts: npt.NDArray[np.int64],
 ) -> bytes | None:
-    """`packed_text_scores`, in C when it is built."""
+    """`packed_text_scores`, in C when it is built (which takes float64 and int64 arrays)."""
     if _wire is not None:
-        return _wire.pack_totals(log_probs, token_counts, oov_counts)
+        return _wire.pack_totals(
+            _as(log_probs, np.float64), _as(token_counts, np.int64), _as(oov_counts, np.int64)
+        )
     return packed_text_scores(log_probs, token_counts, oov_counts)
+
+
+def _as(values: npt.NDArray[Any], dtype: type[np.generic]) -> npt.NDArray[Any]:
+    """`values` itself when it already is a C-contiguous array of `dtype` (the scorers' case:
+    no numpy call), else a converted copy."""
+    if values.dtype == dtype and values.flags.c_contiguous:
+        return values
+    return np.ascontiguousarray(values, dtype=dtype)
 
 
 def string_field(field: int, value: str) -> bytes:
