@@ -198,9 +198,12 @@ def bench_server(
     """Through a real server. The ratios to KenLM are taken run by run: each run times KenLM
     in-process over the same passes right before and right after the server loops, so that the
     machine's drifting speed (up to 2x within minutes on a shared VM) hits both sides alike."""
-    from lmserve.client import LmServeClient
+    import grpc
+
+    from lmserve.client import LmServeClient, _wire
     from lmserve.client import _requests as req
     from lmserve.client.client import _scores
+    from lmserve.v1 import lm_service_pb2 as pb
 
     chunks = batches(lines, BATCH)
     passes = 2 if quick() else 10
@@ -308,13 +311,20 @@ def bench_server(
                 "the same run",
             )
         )
-        # The client's own request building + result conversion, without any network.
-        canned = stub.Score(requests[0], timeout=60)
+        # The client's own request building + result conversion, without any network: the
+        # server's answer as it arrives (wire bytes), read as LmServeClient reads it.
+        with grpc.insecure_channel(server.target) as channel:
+            score_bytes = channel.unary_unary(
+                _wire.SCORE_METHOD,
+                request_serializer=pb.ScoreRequest.SerializeToString,
+                response_deserializer=None,
+            )
+            answer = score_bytes(requests[0], timeout=60)
         reps = 200
 
         def client_work() -> None:
             for _ in range(reps):
-                _scores(canned, False)
+                _scores(_wire.read_score_response(answer), False)
                 req.score_request(model, chunks[0], True, True, False)
 
         overhead = [s / reps * 1e6 for s in repeat(client_work, runs)]

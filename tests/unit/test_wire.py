@@ -36,7 +36,9 @@ def _scored(log_probs: list[float], tokens: list[int], oovs: list[int]) -> Score
 
 
 def _packed(log_probs: list[float], tokens: list[int], oovs: list[int]) -> pb.ScoreResponse:
-    return convert.score_response("m", _scored(log_probs, tokens, oovs))
+    """What Score answers, as the message a client parses from it."""
+    answer = convert.score_response_bytes("m", _scored(log_probs, tokens, oovs))
+    return pb.ScoreResponse.FromString(answer) if isinstance(answer, bytes) else answer
 
 
 def _same(log_probs: list[float], tokens: list[int], oovs: list[int]) -> bytes:
@@ -101,7 +103,9 @@ def test_details_still_built_field_by_field() -> None:
         details=[details],
         total_tokens=2,
     )
-    [result] = convert.score_response("m", scored).results
+    answer = convert.score_response_bytes("m", scored)
+    assert isinstance(answer, pb.ScoreResponse)  # details are never packed
+    [result] = answer.results
     assert list(result.details.tokens) == ["a", "</s>"]
     assert list(result.details.log_probs) == [-1.0, -2.0]
     assert (result.log_prob, result.token_count) == (-3.0, 2)

@@ -27,11 +27,10 @@ SCORE_STREAM_METHOD = f"/{_SERVICE}/ScoreStream"
 
 _RECORD = np.dtype([("head", "u1", (3,)), ("log_prob", "<f8"), ("counts", "<u4", (2,))])
 _HEAD = np.array([0x12, 0x11, 0x09], dtype=np.uint8)
-# Each count's uint32: its key byte, then the varint's bytes; the bits that must be set (the key
-# and the continuation bits of the first two bytes) and those that must be clear (the third
-# byte's continuation bit).
-_FIXED_BITS = np.array([0x8080FF, 0x8080FF], dtype=np.uint32)
-_FIXED_VALUES = np.array([0x808010, 0x808018], dtype=np.uint32)
+# Each count's uint32: its key byte, then the varint's bytes. The fixed bits are the key, the
+# continuation bits of the first two bytes (set) and that of the third (clear).
+_FIXED_BITS = np.array([0x808080FF, 0x808080FF], dtype=np.uint32)
+_FIXED_VALUES = np.array([0x00808010, 0x00808018], dtype=np.uint32)
 _MODEL_KEY = 0x0A  # field 1, length-delimited
 
 ScoreReply = list[TextScore] | pb.ScoreResponse
@@ -61,8 +60,6 @@ def _read_totals(data: bytes) -> list[TextScore] | None:
         (records["head"] == _HEAD).all() and ((counts & _FIXED_BITS) == _FIXED_VALUES).all()
     ):
         return None
-    if len(records) and int(counts.max()) >= 1 << 31:
-        return None  # a third varint byte with its continuation bit set
     values = ((counts >> 8) & 0x7F) | ((counts >> 9) & 0x3F80) | ((counts >> 10) & 0x1FC000)
     return list(
         map(

@@ -112,17 +112,11 @@ def _model_field(model: str) -> bytes:
 
 
 def score_response(model: str, scored: ScoredTexts) -> pb.ScoreResponse:
-    """One TextScore per text; per-token details only when they were computed.
-
-    Totals alone are packed as wire bytes and parsed in one call (~4x cheaper than one
-    `results.add` per text); otherwise results are appended in place with `results.add`, about
-    twice as fast as building a list of TextScore messages and copying it in."""
+    """One TextScore per text, built field by field; per-token details only when they were
+    computed. What `score_response_bytes` gives when the totals do not fit its records or
+    details were asked for. Results are appended in place with `results.add`, about twice as
+    fast as building a list of TextScore messages and copying it in."""
     response = pb.ScoreResponse(model=model)
-    if scored.details is None:
-        packed = wire.pack_totals(scored.log_probs, scored.token_counts, scored.oov_counts)
-        if packed is not None:
-            response.MergeFromString(packed)
-            return response
     add = response.results.add
     totals = zip(
         scored.log_probs.tolist(),

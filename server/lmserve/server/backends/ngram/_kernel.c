@@ -186,6 +186,18 @@ probe(const Order *o, uint64_t key, uint64_t slot)
 
 /* ---- Scorer ------------------------------------------------------------------------------- */
 
+/* The first index of an id outside [0, vocab), or -1. */
+static Py_ssize_t
+first_bad_id(const int32_t *id, Py_ssize_t n, Py_ssize_t vocab)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (id[i] < 0 || id[i] >= vocab) {
+            return i;
+        }
+    }
+    return -1;
+}
+
 /* A batch's text boundaries: offsets[0] == 0, non-decreasing, ending at n_ids. Returns the
  * number of texts, or -1 with ValueError set. */
 static Py_ssize_t
@@ -435,8 +447,9 @@ static int
 scratch_alloc(Scratch *sc, int order, Py_ssize_t cap)
 {
     const size_t n = (size_t)cap;
-    const size_t per_position = (size_t)order * (sizeof(uint32_t) + 2 * sizeof(float)) +
-                                sizeof(uint32_t) + 2 * sizeof(uint64_t) + 1;
+    const size_t per_position = (size_t)order * sizeof(uint32_t) +
+                                (size_t)(order - 1) * 2 * sizeof(float) + sizeof(uint32_t) +
+                                2 * sizeof(uint64_t) + 1;
     char *at = sc->block = malloc(n * per_position);
     if (!at) {
         return -1;
@@ -446,8 +459,10 @@ scratch_alloc(Scratch *sc, int order, Py_ssize_t cap)
     sc->home = (uint64_t *)at, at += n * sizeof(uint64_t);
     for (int k = 0; k < order; k++) {
         sc->found[k] = (uint32_t *)at, at += n * sizeof(uint32_t);
-        sc->prob[k] = (float *)at, at += n * sizeof(float);
-        sc->backoff[k] = (float *)at, at += n * sizeof(float);
+        if (k > 0) { /* order 1's values are the unigram arrays themselves */
+            sc->prob[k] = (float *)at, at += n * sizeof(float);
+            sc->backoff[k] = (float *)at, at += n * sizeof(float);
+        }
     }
     sc->pos = (uint32_t *)at, at += n * sizeof(uint32_t);
     sc->lead = (uint8_t *)at;
@@ -649,12 +664,7 @@ Scorer_score(ScorerObject *self, PyObject *args)
        win it back, and in a busy server that wait (up to the 5 ms switch interval) costs more
        than a typical request's whole scoring (~0.5 ms for 200 sentences). */
     PyThreadState *released = n_ids >= RELEASE_GIL_MIN_TOKENS ? PyEval_SaveThread() : NULL;
-    for (Py_ssize_t i = 0; i < n_ids; i++) {
-        if (id[i] < 0 || id[i] >= vocab) {
-            bad = i;
-            break;
-        }
-    }
+    bad = first_bad_id(id, n_ids, vocab);
     const int failed =
         bad < 0 && score_batch(self, id, off, n_texts, bos, eos, tot, lp_buf, len_buf) < 0;
     if (released) {
@@ -905,11 +915,10 @@ Scorer_distributions(ScorerObject *self, PyObject *args)
     if (n_rows < 0) {
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n_ids; i++) {
-        if (id[i] < 0 || id[i] >= self->vocab_size) {
-            PyErr_Format(PyExc_ValueError, "ids[%zd] = %d is not a vocabulary id", i, (int)id[i]);
-            goto done;
-        }
+    const Py_ssize_t bad = first_bad_id(id, n_ids, self->vocab_size);
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "ids[%zd] = %d is not a vocabulary id", bad, (int)id[bad]);
+        goto done;
     }
     if (get_matrix_view(out_obj, &out, n_rows, self->vocab_size, "out") < 0) {
         goto done;
@@ -951,7 +960,7 @@ static PyMethodDef Scorer_methods[] = {
      "score(ids, offsets, bos, eos, totals, log_probs=None, lengths=None)\n--\n\n"
      "Scores the batch (int32 ids, int64 offsets) into `totals` (float64[texts]) and, when\n"
      "given, per-token `log_probs` (float64) and matched `lengths` (int32), both of length\n"
-     "len(ids) + eos * texts. The GIL is released while scoring."},
+     "len(ids) + eos * texts. Batches of 65536 tokens or more release the GIL while scored."},
     {"distributions", (PyCFunction)Scorer_distributions, METH_VARARGS,
      "distributions(ids, offsets, bos, out)\n--\n\n"
      "Fills `out` (float32 [contexts, vocabulary], C-contiguous) with log P(w | [<s>] context)\n"
