@@ -90,22 +90,34 @@ class ServingInterceptor(aio.ServerInterceptor):
 
     @contextlib.asynccontextmanager
     async def _serving(self, method: str, context: aio.ServicerContext) -> AsyncIterator[None]:
-        """Around one RPC: the deadline check, in-flight gauge, error mapping and metrics."""
+        """Around one RPC: the deadline check, in-flight gauge, error mapping and metrics.
+
+        A failed RPC is counted before its status is sent: a caller that scrapes /metrics as
+        soon as it has the error must find it counted (answers that succeed are counted before
+        gRPC sends them, when the handler returns)."""
         holder = [""]
         _call_model.set(holder)
         started = time.perf_counter()
         inflight = self._metrics.inflight_of(method)
         inflight.inc()
-        code = grpc.StatusCode.OK
+        counted = False
+
+        def count(code: grpc.StatusCode) -> None:
+            nonlocal counted
+            counted = True
+            inflight.dec()
+            self._record(method, holder[0], code, started)
+
         try:
             _check_deadline(context)
             yield
         except BaseException as exc:
             code = _code_for(exc)
+            count(code)
             await _answer_failure(method, exc, code, context)
         finally:
-            inflight.dec()
-            self._record(method, holder[0], code, started)
+            if not counted:
+                count(grpc.StatusCode.OK)
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def wrapped(request: Any, context: aio.ServicerContext) -> Any:
