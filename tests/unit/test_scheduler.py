@@ -9,8 +9,15 @@ import pytest
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
+from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine.scheduler import GenerationLimits, GenerationScheduler
-from lmserve.server.engine.sequence import FinishEvent, GenerationRequest, TokenEvent
+from lmserve.server.engine.sequence import (
+    FinishEvent,
+    GenerationRequest,
+    GenerationStream,
+    TokenEvent,
+    Usage,
+)
 from lmserve.server.errors import Overloaded
 
 ARPA = """\\data\\
@@ -93,3 +100,53 @@ def test_full_queue_is_overloaded_and_cancel_frees(model: NgramModel) -> None:
         asyncio.run(main())
     finally:
         scheduler.close()
+
+
+def _token(index: int) -> TokenEvent:
+    return TokenEvent(0, index, 3 + index, f" w{index}", -1.0)
+
+
+def _finish(tokens: int) -> FinishEvent:
+    return FinishEvent(0, FinishReason.LENGTH, "", -1.0 * tokens, Usage(0, tokens, 0.0, 0.0))
+
+
+def test_stream_merges_hand_overs_that_piled_up() -> None:
+    """A consumer that fell behind gets everything queued in one batch, in order; an error
+    queued behind events comes after them."""
+
+    async def main() -> tuple[list[list[object]], list[list[object]], str]:
+        stream = GenerationStream(GenerationRequest([], _params(3)), samples=1)
+        for item in ([_token(0)], [_token(1)], [_token(2), _finish(3)]):
+            stream._put(item)  # type: ignore[arg-type]
+        merged: list[list[object]] = [list(b) async for b in stream.batches()]
+
+        failing = GenerationStream(GenerationRequest([], _params(3)), samples=1)
+        failing._put([_token(0)])
+        failing._put([_token(1)])
+        failing._put(RuntimeError("model failed"))
+        before: list[list[object]] = []
+        with pytest.raises(RuntimeError) as caught:
+            async for batch in failing.batches():
+                before.append(list(batch))
+        return merged, before, str(caught.value)
+
+    merged, before, error = asyncio.run(main())
+    assert merged == [[_token(0), _token(1), _token(2), _finish(3)]]
+    assert before == [[_token(0), _token(1)]]
+    assert error == "model failed"
+
+
+def test_stream_hands_over_at_once_when_keeping_up() -> None:
+    """A consumer that keeps up gets each hand-over as it arrives: no token waits for the next."""
+
+    async def main() -> list[list[object]]:
+        stream = GenerationStream(GenerationRequest([], _params(2)), samples=1)
+        got: list[list[object]] = []
+        stream._put([_token(0)])
+        async for batch in stream.batches():
+            got.append(list(batch))
+            if len(got) == 1:
+                stream._put([_token(1), _finish(2)])  # arrives only after the first was taken
+        return got
+
+    assert asyncio.run(main()) == [[_token(0)], [_token(1), _finish(2)]]

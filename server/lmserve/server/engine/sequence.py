@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,7 +76,9 @@ class GenerationStream:
     def __init__(self, request: GenerationRequest, samples: int) -> None:
         self.request = request
         self.samples = samples
-        self._queue: asyncio.Queue[list[Event] | BaseException] = asyncio.Queue()
+        # Hand-overs from the scheduler thread, appended on the event loop (`_put`).
+        self._handed: deque[list[Event] | BaseException] = deque()
+        self._arrived = asyncio.Event()
         self._unfinished = samples
         # Read by the scheduler thread between steps: a plain bool is enough (GIL-atomic).
         self.cancelled = False
@@ -101,16 +104,29 @@ class GenerationStream:
 
     def _put(self, item: list[Event] | BaseException) -> None:
         """Called on the event loop (the scheduler thread posts with call_soon_threadsafe)."""
-        self._queue.put_nowait(item)
+        self._handed.append(item)
+        self._arrived.set()
 
     async def batches(self) -> AsyncIterator[list[Event]]:
         """The events as the scheduler hands them over: a step's (or `stream_interval`
-        steps') worth at a time, in order. Raises what failed the request."""
+        steps') worth at a time, in order. Raises what failed the request.
+
+        Hand-overs that piled up while the consumer was busy (its previous message still
+        being written) come out as one batch, so a server that falls behind sends fewer,
+        larger messages instead of a growing backlog, and no token waits for a later one.
+        """
+        handed = self._handed
         try:
             while self._unfinished > 0:
-                item = await self._queue.get()
+                if not handed:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+                    continue
+                item = handed.popleft()
                 if isinstance(item, BaseException):
                     raise item
+                while handed and not isinstance(handed[0], BaseException):
+                    item.extend(handed.popleft())  # type: ignore[arg-type]
                 self._unfinished -= sum(isinstance(e, FinishEvent) for e in item)
                 yield item
         finally:
