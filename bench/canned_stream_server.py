@@ -1,0 +1,64 @@
+"""A gRPC server whose Generate streams prebuilt token messages: the transport's floor.
+
+    python bench/canned_stream_server.py PORT
+
+It answers `lmserve.v1.LanguageModelService/Generate` with `stopping.max_new_tokens` messages of
+one token each, serialized once at start, then a message with `finished`: no model, no
+sampling, no detokenizing and no protobuf building per message. What a Generate stream costs
+here, per message, is what grpcio itself costs the server and the client, the least any
+server built on it can pay (`bench_generate_bound.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+
+import grpc
+from grpc import aio
+
+from lmserve.v1 import lm_service_pb2 as pb
+
+METHOD = "Generate"
+SERVICE = "lmserve.v1.LanguageModelService"
+
+
+def _token_message() -> bytes:
+    """A one-token message as the real server writes it (word, id, index, log-prob)."""
+    token = pb.GeneratedToken(sample_index=0, index=17, token_id=4242, text=" water", log_prob=-5.2)
+    return pb.GenerateResponse(tokens=[token]).SerializeToString()
+
+
+def _finished_message(tokens: int) -> bytes:
+    finished = pb.GenerationFinished(
+        sample_index=0,
+        reason=pb.FINISH_REASON_LENGTH,
+        text="canned",
+        usage=pb.Usage(generated_tokens=tokens),
+    )
+    return pb.GenerateResponse(finished=finished).SerializeToString()
+
+
+async def serve(port: int) -> None:
+    token = _token_message()
+
+    async def generate(request: bytes, context: aio.ServicerContext) -> AsyncIterator[bytes]:
+        tokens = pb.GenerateRequest.FromString(request).stopping.max_new_tokens
+        for _ in range(tokens):
+            yield token
+        yield _finished_message(tokens)
+
+    handler = grpc.method_handlers_generic_handler(
+        SERVICE,
+        {METHOD: grpc.unary_stream_rpc_method_handler(generate)},  # bytes in, bytes out
+    )
+    server = aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(int(sys.argv[1])))
