@@ -141,7 +141,8 @@ class LanguageModelServiceServicer:
 
     def Generate(self, request, context):
         """Generates continuations of a prompt, streaming each token as it is produced (one message
-        per step, or per `stream_interval` steps).
+        per step, or per `stream_interval` steps; steps that finish while the previous message is
+        still being written travel together in the next one).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
