@@ -1,18 +1,19 @@
 """A gRPC server whose Generate streams prebuilt token messages: the transport's floor.
 
-    python bench/canned_stream_server.py PORT
+    python bench/canned_stream_server.py PORT [--period SECONDS]
 
 It answers `lmserve.v1.LanguageModelService/Generate` with `stopping.max_new_tokens` messages of
 one token each, serialized once at start, then a message with `finished`: no model, no
 sampling, no detokenizing and no protobuf building per message. What a Generate stream costs
 here, per message, is what grpcio itself costs the server and the client, the least any
-server built on it can pay (`bench_generate_bound.py`).
+server built on it can pay (`bench_generate_bound.py`). With `--period`, each message waits that
+long after the previous one: a stream at the pace of a model step, to run beside one.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 
 import grpc
@@ -40,12 +41,14 @@ def _finished_message(tokens: int) -> bytes:
     return pb.GenerateResponse(finished=finished).SerializeToString()
 
 
-async def serve(port: int) -> None:
+async def serve(port: int, period: float = 0.0) -> None:
     token = _token_message()
 
     async def generate(request: bytes, context: aio.ServicerContext) -> AsyncIterator[bytes]:
         tokens = pb.GenerateRequest.FromString(request).stopping.max_new_tokens
         for _ in range(tokens):
+            if period:
+                await asyncio.sleep(period)
             yield token
         yield _finished_message(tokens)
 
@@ -61,4 +64,8 @@ async def serve(port: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(int(sys.argv[1])))
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("port", type=int)
+    parser.add_argument("--period", type=float, default=0.0, help="seconds between messages")
+    args = parser.parse_args()
+    asyncio.run(serve(args.port, args.period))
