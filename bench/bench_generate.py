@@ -3,8 +3,9 @@ the raw batched step of the same model at the same batch sizes, measured in the 
 
     python bench/bench_generate.py [--quick] [--tokens 64] [--runs 3]
 
-Models: the default-size LSTM (random init, ONNX Runtime) and an n-gram model (the KJV 3-gram,
-whose step is a full next-token distribution per row). Per concurrency level it reports the
+Models: the shipped default models (`make models`): kjv-lstm (LSTM 512/512 over 12,352 words,
+ONNX Runtime) and kjv-5gram (whose step is a full next-token distribution per row). Per
+concurrency level it reports the
 aggregate generated tokens/s, per-token latency p50/p99 (gaps between a stream's tokens as the
 client receives them) and time to first token; the raw figure is `batch / step seconds`
 (`Stepper.step`, no sampling, no gRPC). The streams come from one asyncio client. Sampling is
@@ -19,13 +20,24 @@ import argparse
 import asyncio
 import itertools
 import os
-import shutil
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from common import CACHE_DIR, KJV, QUICK_ENV, emit, log, percentile, quick, record, repeat
+from common import (
+    CACHE_DIR,
+    DEFAULT_LSTM,
+    DEFAULT_NGRAM,
+    QUICK_ENV,
+    default_model,
+    emit,
+    log,
+    percentile,
+    quick,
+    record,
+    repeat,
+)
 from server_process import ServerProcess
 
 CONCURRENCY = (1, 8, 32, 64)
@@ -33,32 +45,17 @@ CONCURRENCY = (1, 8, 32, 64)
 INTERVALS = (1, 4)
 
 
-def _ngram_folder() -> Path:
-    from lmserve.server.backends.ngram import NgramModel, write_model_folder
-    from lmserve.server.registry.manifest import Provenance, TokenizerSpec
-
-    folder = CACHE_DIR / "generate-kjv3"
-    if not (folder / "model.yaml").exists():
-        log("importing the KJV 3-gram ARPA")
-        shutil.rmtree(folder, ignore_errors=True)
-        write_model_folder(
-            NgramModel.from_arpa(KJV / "kenlm" / "kjv.3gram.arpa"),
-            folder,
-            name="bench-kjv3",
-            tokenizer=TokenizerSpec.model_validate({"kind": "word"}),
-            provenance=Provenance(trained_by="kenlm", training_corpus="kjv"),
-            description="KJV 3-gram for bench_generate",
-        )
-    return folder
-
-
-def _repository(onnx_dir: Path, ngram_dir: Path) -> Path:
+def _repository(*folders: Path) -> Path:
+    """A repository of just these model folders (links), so the server loads nothing else."""
     repo = CACHE_DIR / "generate-repo"
     repo.mkdir(parents=True, exist_ok=True)
-    for folder in (onnx_dir, ngram_dir):
+    for stale in repo.iterdir():
+        if stale.is_symlink() and stale.resolve() not in {f.resolve() for f in folders}:
+            stale.unlink()
+    for folder in folders:
         link = repo / folder.name
         if not link.exists():
-            link.symlink_to(folder)
+            link.symlink_to(folder.resolve())
     return repo
 
 
@@ -203,15 +200,12 @@ def main() -> None:
     tokens = args.tokens or (16 if quick() else 64)
     runs = args.runs or (1 if quick() else 3)
 
-    from neural_model import default_folders
-
     from lmserve.server.backends.ngram import load_model_folder_binary
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
     from lmserve.server.backends.stepping import make_stepper
     from lmserve.server.registry.manifest import read_manifest
 
-    onnx_dir, _, _ = default_folders()
-    ngram_dir = _ngram_folder()
+    onnx_dir, ngram_dir = default_model(DEFAULT_LSTM), default_model(DEFAULT_NGRAM)
     onnx_name = read_manifest(onnx_dir).name
     ngram_name = read_manifest(ngram_dir).name
 

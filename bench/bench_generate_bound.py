@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from bench_generate import RawSteps
 from canned_stream_server import METHOD, SERVICE
-from common import QUICK_ENV, REPO_ROOT, emit, log, quick, record
+from common import DEFAULT_LSTM, QUICK_ENV, REPO_ROOT, default_model, emit, log, quick, record
 from server_process import ServerProcess
 
 from lmserve.server.allocator import keep_freed_memory
@@ -264,13 +264,11 @@ def main() -> None:
     runs = args.runs or (1 if quick() else 3)
     keep_freed_memory()
 
-    from neural_model import default_folders
-
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
     from lmserve.server.backends.stepping import make_stepper
     from lmserve.server.registry.manifest import read_manifest
 
-    folder, _, _ = default_folders()
+    folder = default_model(DEFAULT_LSTM)
     manifest = read_manifest(folder)
     served = RawSteps(make_stepper(OnnxBackend.load(folder, manifest, OnnxOptions())), "lstm", 3)
     one_core = RawSteps(

@@ -28,6 +28,10 @@ KJV_TEST = KJV / "test.txt"
 KJV_5GRAM_ARPA = KJV / "kenlm" / "kjv.5gram.arpa.gz"
 # Built artefacts (model folders) live in an ignored folder next to the results.
 CACHE_DIR = BENCH_DIR / "results" / "cache"
+# The shipped default model repository (`make models` builds it).
+DEFAULT_MODELS = REPO_ROOT / "models"
+DEFAULT_LSTM = DEFAULT_MODELS / "kjv-lstm"
+DEFAULT_NGRAM = DEFAULT_MODELS / "kjv-5gram"
 
 # `run_all.py --quick` sets this; scripts then take fewer and shorter runs.
 QUICK_ENV = "LMSERVE_BENCH_QUICK"
@@ -40,6 +44,13 @@ def quick() -> bool:
 def log(message: str) -> None:
     """Progress for people, on stderr so stdout stays machine-readable."""
     print(message, file=sys.stderr, flush=True)
+
+
+def default_model(folder: Path) -> Path:
+    """A folder of the shipped default models, or a clear exit when it was not built."""
+    if not (folder / "model.yaml").exists():
+        raise SystemExit(f"{folder} is missing: run `make models` first")
+    return folder
 
 
 def timed(fn: Callable[[], Any]) -> float:
