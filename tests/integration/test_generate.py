@@ -275,8 +275,11 @@ def test_deadline_cancels_the_stream(server: BackgroundServer, client: LmServeCl
 def test_a_full_queue_answers_resource_exhausted(server: BackgroundServer) -> None:
     _wait_idle(server, "bigram")
     with LmServeClient(server.address, timeout=20) as c:
-        # 4 slots held by long streams, 2 requests queued: the next one is refused.
-        holders = [c.generate("bigram", max_new_tokens=5000, ignore_eos=True) for _ in range(4)]
+        # 4 slots held by streams that run until closed, 2 requests queued: the next one is
+        # refused. (The bigram steps in microseconds: a few thousand tokens end too soon.)
+        holders = [
+            c.generate("bigram", max_new_tokens=1_000_000, ignore_eos=True) for _ in range(4)
+        ]
         for h in holders:
             next(h)
         queued = [c.generate("bigram", max_new_tokens=5, ignore_eos=True) for _ in range(2)]

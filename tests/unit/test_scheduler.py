@@ -102,6 +102,26 @@ def test_full_queue_is_overloaded_and_cancel_frees(model: NgramModel) -> None:
         scheduler.close()
 
 
+def test_a_burst_that_fits_the_free_slots_is_not_refused(model: NgramModel) -> None:
+    """Requests the scheduler thread has not picked up yet, but has slots for, are not
+    "queued": only those beyond the free slots count against max_queued_requests."""
+    scheduler = _scheduler(model, max_active_sequences=4, max_queued_requests=1)
+
+    async def main() -> None:
+        # Submitted back to back, without yielding: the scheduler thread may not have run yet.
+        streams = [scheduler.submit(GenerationRequest([], _params(100_000))) for _ in range(5)]
+        with pytest.raises(Overloaded) as refused:
+            scheduler.submit(GenerationRequest([], _params(3)))
+        assert "1 Generate requests already wait" in str(refused.value)
+        for stream in streams:
+            stream.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        scheduler.close()
+
+
 def _token(index: int) -> TokenEvent:
     return TokenEvent(0, index, 3 + index, f" w{index}", -1.0)
 

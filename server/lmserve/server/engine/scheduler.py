@@ -158,9 +158,10 @@ class GenerationScheduler:
         with self._cond:
             if self._closed:
                 raise Overloaded(f"the generation scheduler of {self.model!r} is shutting down")
-            if len(self._waiting) >= self.limits.max_queued_requests:
+            queued = self._queued()
+            if queued >= self.limits.max_queued_requests:
                 raise Overloaded(
-                    f"{len(self._waiting)} Generate requests already wait for model "
+                    f"{queued} Generate requests already wait for model "
                     f"{self.model!r} (max_queued_requests); retry later"
                 )
             self._waiting.append(stream)
@@ -205,6 +206,19 @@ class GenerationScheduler:
                 self._fail_all(exc)
                 log_probs, state = None, None
         self._shutdown()
+
+    def _queued(self) -> int:
+        """Waiting requests that the next admission would leave waiting (no free slot for
+        them): those the scheduler thread has not picked up yet but will admit are not queued,
+        so a burst that fits the free slots is never refused. Call with `_cond` held."""
+        free = self.limits.max_active_sequences - len(self.active)
+        fitting = 0
+        for stream in self._waiting:
+            if stream.samples > free and (fitting or self.active):
+                break
+            fitting += 1
+            free -= stream.samples
+        return len(self._waiting) - fitting
 
     def _admit(self) -> list[GenerationStream]:
         """Waiting streams that fit in the free slots (one at least when nothing runs)."""
