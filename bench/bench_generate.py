@@ -48,8 +48,9 @@ def _repository(*folders: Path) -> Path:
     """A repository of just these model folders (links), so the server loads nothing else."""
     repo = CACHE_DIR / "generate-repo"
     repo.mkdir(parents=True, exist_ok=True)
+    wanted = {folder.resolve() for folder in folders}
     for stale in repo.iterdir():
-        if stale.is_symlink() and stale.resolve() not in {f.resolve() for f in folders}:
+        if stale.is_symlink() and stale.resolve() not in wanted:
             stale.unlink()
     for folder in folders:
         link = repo / folder.name

@@ -211,31 +211,28 @@ class GenerationScheduler:
         """Waiting requests that the next admission would leave waiting (no free slot for
         them): those the scheduler thread has not picked up yet but will admit are not queued,
         so a burst that fits the free slots is never refused. Call with `_cond` held."""
+        return len(self._waiting) - self._admissible()
+
+    def _admissible(self) -> int:
+        """How many waiting streams, from the front, the next admission takes: those that fit
+        in the free slots (one at least when nothing runs); cancelled ones take no slot."""
         free = self.limits.max_active_sequences - len(self.active)
-        fitting = 0
+        taken = count = 0
         for stream in self._waiting:
-            if stream.samples > free and (fitting or self.active):
+            if stream.samples > free and (taken or self.active):
                 break
-            fitting += 1
-            free -= stream.samples
-        return len(self._waiting) - fitting
+            count += 1
+            if not stream.cancelled:
+                taken += 1
+                free -= stream.samples
+        return count
 
     def _admit(self) -> list[GenerationStream]:
-        """Waiting streams that fit in the free slots (one at least when nothing runs)."""
-        free = self.limits.max_active_sequences - len(self.active)
-        admitted: list[GenerationStream] = []
-        while self._waiting:
-            stream = self._waiting[0]
-            if stream.samples > free and (admitted or self.active):
-                break
-            self._waiting.popleft()
-            if stream.cancelled:
-                continue
-            admitted.append(stream)
-            free -= stream.samples
-        if admitted:
+        """Takes the admissible waiting streams (`_admissible`), less the cancelled ones."""
+        taken = [self._waiting.popleft() for _ in range(self._admissible())]
+        if taken:
             self._set_pending(len(self._waiting))
-        return admitted
+        return [stream for stream in taken if not stream.cancelled]
 
     def _prefill(
         self,
