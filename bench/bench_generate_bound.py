@@ -266,7 +266,7 @@ def main() -> None:
 
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
     from lmserve.server.backends.stepping import make_stepper
-    from lmserve.server.registry.manifest import read_manifest
+    from lmserve.server.manifest import read_manifest
 
     folder = default_model(DEFAULT_LSTM)
     manifest = read_manifest(folder)

@@ -25,7 +25,7 @@ def _runners(threads: int) -> dict[str, tuple[Callable[..., Any], Callable[..., 
 
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
     from lmserve.server.backends.torchscript import TorchScriptBackend
-    from lmserve.server.registry.manifest import read_manifest
+    from lmserve.server.manifest import read_manifest
 
     torch.set_num_threads(threads)
     onnx_dir, ts_dir, model = default_folders()

@@ -28,7 +28,7 @@ def main() -> None:
     import grpc
 
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
-    from lmserve.server.registry.manifest import read_manifest
+    from lmserve.server.manifest import read_manifest
     from lmserve.server.text.word import TextEncoder, WordTokenizer
     from lmserve.v1 import lm_service_pb2 as pb
     from lmserve.v1 import lm_service_pb2_grpc

@@ -66,7 +66,7 @@ def load_repository(explicit: Path | None) -> tuple[Path, ModelRepository]:
         log(f"cached {folder} does not load; rebuilding it")
         shutil.rmtree(folder)
     from lmserve.server.backends.ngram import NgramModel, write_model_folder
-    from lmserve.server.registry.manifest import Provenance, TokenizerSpec
+    from lmserve.server.manifest import Provenance, TokenizerSpec
 
     log(f"building {folder} from {KJV_5GRAM_ARPA}")
     write_model_folder(

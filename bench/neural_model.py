@@ -17,7 +17,7 @@ VOCAB_SIZE = 12_352  # the KJV word vocabulary with specials
 def _manifest(folder: Path, model: Any, fmt: str, files: dict[str, str]) -> None:
     from lmserve.export.rnn.folder import architecture
     from lmserve.export.rnn.to_onnx import OPSET
-    from lmserve.server.registry.manifest import ModelManifest, sha256_of, write_manifest
+    from lmserve.server.manifest import ModelManifest, sha256_of, write_manifest
 
     manifest = ModelManifest.model_validate(
         {

@@ -20,7 +20,7 @@ import torch
 
 from lmserve.export.rnn.folder import Checkpoint, ExportFormat, write_model_folder
 from lmserve.export.rnn.model import CellType, RecurrentLM, RecurrentLMConfig
-from lmserve.server.registry.manifest import ModelManifest
+from lmserve.server.manifest import ModelManifest
 
 WORDS = "the cat sat on mat a dog ran to and in house big small red".split()
 VOCAB = ["<unk>", "<s>", "</s>", *WORDS]

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.backends.ngram import NgramModel, write_model_folder
-from lmserve.server.registry.manifest import (
+from lmserve.server.manifest import (
     ModelManifest,
     Provenance,
     TokenizerSpec,

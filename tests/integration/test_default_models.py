@@ -17,7 +17,7 @@ import pytest
 from lmserve.export.corpora import kjv_split
 from lmserve.server.cli import main
 from lmserve.server.decoding.scoring import ScoreOptions
-from lmserve.server.registry.manifest import read_manifest
+from lmserve.server.manifest import read_manifest
 from lmserve.server.registry.repository import ModelRepository
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"

@@ -28,7 +28,7 @@ from lmserve.export.rnn.model import RecurrentLM
 from lmserve.export.rnn.train import BEST_CHECKPOINT
 from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.cli import main
-from lmserve.server.registry.manifest import ModelManifest, read_manifest, sha256_of, write_manifest
+from lmserve.server.manifest import ModelManifest, read_manifest, sha256_of, write_manifest
 from lmserve.server.settings import load_settings
 from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import CharCodec

@@ -8,7 +8,7 @@ import pytest
 
 from lmserve.export.corpora import KJV_TOKEN_PATTERN, kjv_split
 from lmserve.server.cli import main
-from lmserve.server.registry.manifest import read_manifest, verify_files
+from lmserve.server.manifest import read_manifest, verify_files
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from lmserve.server.backends.base import BatchScores, EncodedBatch
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
 from lmserve.server.engine.batcher import BatchLimits, MicroBatcher, merge_batches, split_scores
 from lmserve.server.errors import Unimplemented
+from lmserve.server.manifest import read_manifest
 from lmserve.server.metrics import Metrics
-from lmserve.server.registry.manifest import read_manifest
 
 
 def _batch(texts: list[list[int]]) -> EncodedBatch:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from lmserve.server.errors import ChecksumMismatch, ManifestError, ModelNotFound, ModelUnavailable
-from lmserve.server.registry.manifest import (
+from lmserve.server.manifest import (
     ModelFormat,
     ModelKind,
     read_manifest,

@@ -12,7 +12,7 @@ import pytest
 
 from lmserve.server.backends.ngram import NgramModel, write_model_folder
 from lmserve.server.errors import ModelLoadError
-from lmserve.server.registry.manifest import (
+from lmserve.server.manifest import (
     Provenance,
     TokenizerSpec,
     read_manifest,

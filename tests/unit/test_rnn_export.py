@@ -28,7 +28,7 @@ from lmserve.export.rnn.to_torchscript import (
 )
 from lmserve.export.rnn.train import save_checkpoint
 from lmserve.server.cli import main
-from lmserve.server.registry.manifest import read_manifest, verify_files
+from lmserve.server.manifest import read_manifest, verify_files
 
 VOCAB = ["<unk>", "<s>", "</s>", *(f"w{i}" for i in range(57))]
 CELLS: list[CellType] = ["rnn", "lstm", "gru"]

@@ -14,7 +14,7 @@ from lmserve.export.rnn.data import build_word_vocab, encode_sentences
 from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
 from lmserve.export.rnn.train import BEST_CHECKPOINT, TrainConfig, evaluate, train
 from lmserve.server.cli import main
-from lmserve.server.registry.manifest import read_manifest, verify_files
+from lmserve.server.manifest import read_manifest, verify_files
 
 CORPUS = Path(__file__).resolve().parents[2] / "export/lmserve/export/corpora/kjv"
 

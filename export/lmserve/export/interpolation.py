@@ -17,7 +17,7 @@ import numpy.typing as npt
 from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.interpolated import InterpolatedBackend
 from lmserve.server.errors import ModelLoadError
-from lmserve.server.registry.manifest import ModelManifest, read_manifest, write_manifest
+from lmserve.server.manifest import ModelManifest, read_manifest, write_manifest
 from lmserve.server.registry.repository import LoadOptions, ModelState, load_entry
 from lmserve.server.text.word import TextEncoder, WordTokenizer
 

@@ -586,13 +586,19 @@ class RerankedList(_message.Message):
     def __init__(self, id: _Optional[str] = ..., hypotheses: _Optional[_Iterable[_Union[RerankedHypothesis, _Mapping]]] = ...) -> None: ...
 
 class RerankResponse(_message.Message):
-    __slots__ = ("lists",)
+    __slots__ = ("lists", "model", "request_tokens", "computed_tokens")
     LISTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     lists: _containers.RepeatedCompositeFieldContainer[RerankedList]
-    def __init__(self, lists: _Optional[_Iterable[_Union[RerankedList, _Mapping]]] = ...) -> None: ...
+    model: str
+    request_tokens: int
+    computed_tokens: int
+    def __init__(self, lists: _Optional[_Iterable[_Union[RerankedList, _Mapping]]] = ..., model: _Optional[str] = ..., request_tokens: _Optional[int] = ..., computed_tokens: _Optional[int] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("session_id", "model", "append_text", "append_tokens", "rollback_tokens", "partial_word", "k", "reset")
+    __slots__ = ("session_id", "model", "append_text", "append_tokens", "rollback_tokens", "partial_word", "k", "reset", "context", "sequence")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     APPEND_TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -601,6 +607,8 @@ class CompleteRequest(_message.Message):
     PARTIAL_WORD_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     RESET_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     model: str
     append_text: str
@@ -609,7 +617,9 @@ class CompleteRequest(_message.Message):
     partial_word: str
     k: int
     reset: bool
-    def __init__(self, session_id: _Optional[str] = ..., model: _Optional[str] = ..., append_text: _Optional[str] = ..., append_tokens: _Optional[_Iterable[str]] = ..., rollback_tokens: _Optional[int] = ..., partial_word: _Optional[str] = ..., k: _Optional[int] = ..., reset: _Optional[bool] = ...) -> None: ...
+    context: TokenList
+    sequence: int
+    def __init__(self, session_id: _Optional[str] = ..., model: _Optional[str] = ..., append_text: _Optional[str] = ..., append_tokens: _Optional[_Iterable[str]] = ..., rollback_tokens: _Optional[int] = ..., partial_word: _Optional[str] = ..., k: _Optional[int] = ..., reset: _Optional[bool] = ..., context: _Optional[_Union[TokenList, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("word", "log_prob")
@@ -620,11 +630,21 @@ class Completion(_message.Message):
     def __init__(self, word: _Optional[str] = ..., log_prob: _Optional[float] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
-    __slots__ = ("session_id", "completions", "context_tokens")
+    __slots__ = ("session_id", "completions", "context_tokens", "sequence", "skipped", "appended_tokens", "rebuilt", "model")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REBUILT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     completions: _containers.RepeatedCompositeFieldContainer[Completion]
     context_tokens: int
-    def __init__(self, session_id: _Optional[str] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., context_tokens: _Optional[int] = ...) -> None: ...
+    sequence: int
+    skipped: bool
+    appended_tokens: _containers.RepeatedScalarFieldContainer[str]
+    rebuilt: bool
+    model: str
+    def __init__(self, session_id: _Optional[str] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., context_tokens: _Optional[int] = ..., sequence: _Optional[int] = ..., skipped: _Optional[bool] = ..., appended_tokens: _Optional[_Iterable[str]] = ..., rebuilt: _Optional[bool] = ..., model: _Optional[str] = ...) -> None: ...

@@ -80,6 +80,11 @@ class LanguageModelServiceStub:
                 request_serializer=lmserve_dot_v1_dot_lm__service__pb2.RerankRequest.SerializeToString,
                 response_deserializer=lmserve_dot_v1_dot_lm__service__pb2.RerankResponse.FromString,
                 _registered_method=True)
+        self.RerankStream = channel.stream_stream(
+                '/lmserve.v1.LanguageModelService/RerankStream',
+                request_serializer=lmserve_dot_v1_dot_lm__service__pb2.RerankRequest.SerializeToString,
+                response_deserializer=lmserve_dot_v1_dot_lm__service__pb2.RerankResponse.FromString,
+                _registered_method=True)
         self.Complete = channel.stream_stream(
                 '/lmserve.v1.LanguageModelService/Complete',
                 request_serializer=lmserve_dot_v1_dot_lm__service__pb2.CompleteRequest.SerializeToString,
@@ -162,8 +167,20 @@ class LanguageModelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RerankStream(self, request_iterator, context):
+        """Rerank for pipelines with many lists: a stream of RerankRequests, one RerankResponse per
+        request in request order (as ScoreStream), so tens of thousands of lists travel in
+        bounded messages with several in flight. A bad request ends the stream with its error,
+        the message led by its index ("requests[3].lists[0]...").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Complete(self, request_iterator, context):
-        """An autocomplete session: the server keeps the model state between keystrokes.
+        """An autocomplete session: the server keeps the model state between keystrokes. The first
+        message of a stream names the model (and a session id to resume); later messages continue
+        that session. Each message is answered, in order.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -214,6 +231,11 @@ def add_LanguageModelServiceServicer_to_server(servicer, server):
             ),
             'Rerank': grpc.unary_unary_rpc_method_handler(
                     servicer.Rerank,
+                    request_deserializer=lmserve_dot_v1_dot_lm__service__pb2.RerankRequest.FromString,
+                    response_serializer=lmserve_dot_v1_dot_lm__service__pb2.RerankResponse.SerializeToString,
+            ),
+            'RerankStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.RerankStream,
                     request_deserializer=lmserve_dot_v1_dot_lm__service__pb2.RerankRequest.FromString,
                     response_serializer=lmserve_dot_v1_dot_lm__service__pb2.RerankResponse.SerializeToString,
             ),
@@ -465,6 +487,33 @@ class LanguageModelService:
             request,
             target,
             '/lmserve.v1.LanguageModelService/Rerank',
+            lmserve_dot_v1_dot_lm__service__pb2.RerankRequest.SerializeToString,
+            lmserve_dot_v1_dot_lm__service__pb2.RerankResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RerankStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/lmserve.v1.LanguageModelService/RerankStream',
             lmserve_dot_v1_dot_lm__service__pb2.RerankRequest.SerializeToString,
             lmserve_dot_v1_dot_lm__service__pb2.RerankResponse.FromString,
             options,

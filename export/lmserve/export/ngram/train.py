@@ -92,7 +92,7 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
     """Runs the whole pipeline and returns what it wrote and measured."""
     from lmserve.export.ngram.evaluate import perplexity
     from lmserve.server.backends.ngram import NgramModel, write_model_folder
-    from lmserve.server.registry.manifest import Provenance, TokenizerSpec
+    from lmserve.server.manifest import Provenance, TokenizerSpec
 
     if config.smoothing == "interpolated" and config.heldout is None:
         raise ValueError("--smoothing interpolated needs --heldout to tune its weights")

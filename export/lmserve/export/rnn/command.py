@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
     from lmserve.export.rnn.train import TrainConfig, evaluate, train
-    from lmserve.server.registry.manifest import TokenizerKind, TokenizerSpec
+    from lmserve.server.manifest import TokenizerKind, TokenizerSpec
     from lmserve.server.text.bpe import BpeCodec
     from lmserve.server.text.word import WordTokenizer
 

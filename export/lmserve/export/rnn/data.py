@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from lmserve.server.backends.base import EncodedBatch, Vocabulary
-from lmserve.server.registry.manifest import TokenizerKind, TokenizerSpec
+from lmserve.server.manifest import TokenizerKind, TokenizerSpec
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
 from lmserve.export.rnn.parity import OnnxRunner, ParityReport, TorchScriptRunner, check_parity
-from lmserve.server.registry.manifest import (
+from lmserve.server.manifest import (
     FileEntry,
     ModelFormat,
     ModelKind,

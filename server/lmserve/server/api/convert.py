@@ -6,7 +6,7 @@ import functools
 
 from lmserve.server.api import wire
 from lmserve.server.decoding.scoring import PerplexityStats, ScoredTexts, TokenDetails
-from lmserve.server.registry.manifest import ModelFormat, ModelKind
+from lmserve.server.manifest import ModelFormat, ModelKind
 from lmserve.server.registry.repository import ModelEntry, ModelState
 from lmserve.v1 import lm_service_pb2 as pb
 

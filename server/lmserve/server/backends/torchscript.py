@@ -25,7 +25,7 @@ from lmserve.server.backends.recurrent import (
     read_vocab,
 )
 from lmserve.server.errors import ModelLoadError
-from lmserve.server.registry.manifest import ModelManifest
+from lmserve.server.manifest import ModelManifest
 
 
 class TorchScriptBackend(RecurrentBackend):

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lmserve.server.backends.ngram import NgramModel, write_model_folder
     from lmserve.server.errors import ModelLoadError
-    from lmserve.server.registry.manifest import Provenance, TokenizerSpec
+    from lmserve.server.manifest import Provenance, TokenizerSpec
 
     arpa: Path = args.arpa
     model_dir: Path = args.model_dir

@@ -21,7 +21,7 @@ from typing import Any
 from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.errors import ModelLoadError
-from lmserve.server.registry.manifest import ModelFormat, ModelKind, ModelManifest, TokenizerKind
+from lmserve.server.manifest import ModelFormat, ModelKind, ModelManifest, TokenizerKind
 from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import CharCodec, escape_token, read_vocab_file
 

@@ -29,19 +29,19 @@ from lmserve.server.backends.recurrent import RecurrentBackend
 from lmserve.server.decoding.scoring import Scorer
 from lmserve.server.engine.batcher import BatchLimits, MicroBatcher
 from lmserve.server.errors import ManifestError, ModelLoadError, ModelNotFound, ModelUnavailable
-from lmserve.server.registry.loaders import (
-    LoadContext,
-    LoadedModel,
-    load_backend,
-    read_subword_codec,
-)
-from lmserve.server.registry.manifest import (
+from lmserve.server.manifest import (
     ModelKind,
     ModelManifest,
     TokenizerKind,
     find_manifest,
     read_manifest,
     verify_files,
+)
+from lmserve.server.registry.loaders import (
+    LoadContext,
+    LoadedModel,
+    load_backend,
+    read_subword_codec,
 )
 from lmserve.server.settings import Settings
 from lmserve.server.text.char import CharCodec

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from lmserve.server.backends.base import EncodedBatch, Vocabulary
+from lmserve.server.text.vocab import EncodedBatch, Vocabulary
 from lmserve.server.text.word import WordTokenizer
 
 SPECIALS = ("<unk>", "<s>", "</s>")

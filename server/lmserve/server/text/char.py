@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmserve.server.backends.base import EncodedBatch, Vocabulary
+from lmserve.server.text.vocab import EncodedBatch, Vocabulary
 from lmserve.server.text.word import WordTokenizer
 
 SPECIALS = ("<unk>", "<s>", "</s>")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from lmserve.server.backends.base import EncodedBatch, Vocabulary
+from lmserve.server.text.vocab import EncodedBatch, Vocabulary
 from lmserve.server.text.word import TextEncoder, WordTokenizer
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lmserve.server.backends.base import EncodedBatch, Vocabulary
+from lmserve.server.text.vocab import EncodedBatch, Vocabulary
 
 try:
     from lmserve.server.text import _wordindex

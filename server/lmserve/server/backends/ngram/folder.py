@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from lmserve.server.backends.ngram.model import Kernel, NgramModel
-from lmserve.server.registry.manifest import (
+from lmserve.server.manifest import (
     FileEntry,
     ModelFormat,
     ModelKind,
