@@ -94,9 +94,7 @@ def client(server: BackgroundServer) -> Iterator[LmServeClient]:
 
 
 def _scheduler(server: BackgroundServer, model: str):  # type: ignore[no-untyped-def]
-    servicer = server.running._servicer
-    assert servicer is not None
-    return servicer._generation[model]
+    return server.running.models.ready(model).scheduler
 
 
 def _active(server: BackgroundServer, model: str) -> float:

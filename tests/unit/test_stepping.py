@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +182,33 @@ def test_ngram_steps_in_one_batched_float32_call(ngram: NgramModel, kernel: str)
     want, _ = loop.step(tokens, want_state)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6, atol=1e-6)
+
+
+class _ContextEcho:
+    """A backend whose distribution records the context it was asked about (its length)."""
+
+    def __init__(self) -> None:
+        self.vocab = Vocabulary.from_words(["<unk>", "<s>", "</s>", "a", "b"])
+        self.seen: list[tuple[int, ...]] = []
+
+    def score(self, batch: EncodedBatch, **_: bool) -> object:  # unused by the stepper
+        raise NotImplementedError
+
+    def next_token_log_probs(self, context: Sequence[int], *, bos: bool = True) -> np.ndarray:
+        self.seen.append(tuple(int(i) for i in context))
+        return np.full(len(self.vocab), -np.log(len(self.vocab)))
+
+
+@pytest.mark.parametrize("length", range(8))
+def test_context_stepper_keeps_the_last_max_context_ids(length: int) -> None:
+    # Regression: a context shorter than max_context but longer than half of it was cut to
+    # its last few ids (a negative slice start), so a 5-gram forgot words while generating.
+    backend = _ContextEcho()
+    stepper = ContextStepper(backend, max_context=4)  # type: ignore[arg-type]
+    prompt = [3 + (i % 2) for i in range(length)]
+    _, state = stepper.prefill([prompt])
+    expected = tuple([backend.vocab.bos_id, *prompt][-4:])
+    assert state == (expected,)
+    assert backend.seen[-1] == expected
+    _, state = stepper.step(np.array([4]), state)
+    assert state == (tuple([backend.vocab.bos_id, *prompt, 4][-4:]),)

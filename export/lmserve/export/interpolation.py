@@ -47,7 +47,7 @@ def load_components(repository: Path, names: Sequence[str]) -> Components:
     for name in names:
         if name not in folders:
             raise ModelLoadError(str(repository), f"no model named {name!r}")
-        entry = load_entry(folders[name], LoadOptions(batching=None))
+        entry = load_entry(folders[name], LoadOptions())
         if entry.state is not ModelState.READY or entry.backend is None:
             raise ModelLoadError(str(folders[name]), entry.load_error)
         assert entry.manifest is not None

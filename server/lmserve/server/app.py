@@ -15,7 +15,6 @@ import asyncio
 import logging
 import signal
 import threading
-from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -28,8 +27,8 @@ from prometheus_client import CollectorRegistry
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
 from lmserve.server.api.interceptors import ServingInterceptor
 from lmserve.server.api.servicer import LanguageModelServicer
-from lmserve.server.api.validation import Limits
-from lmserve.server.engine.scheduler import GenerationLimits
+from lmserve.server.engine.limits import EngineLimits
+from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.metrics import Metrics, serve_metrics
 from lmserve.server.registry.repository import (
     LoadOptions,
@@ -53,10 +52,9 @@ class RunningServer:
     metrics: Metrics
     health: HealthServicer
     repository: ModelRepository
+    models: ServedModels
     metrics_port: int | None = None
     _metrics_httpd: Any = None
-    _executor: Executor | None = None
-    _servicer: LanguageModelServicer | None = None
     _stopped: bool = field(default=False, repr=False)
 
     async def stop(self, grace: float | None) -> None:
@@ -66,14 +64,11 @@ class RunningServer:
         self._stopped = True
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
-        if self._servicer is not None:
-            await asyncio.to_thread(self._servicer.close)
-        await self.repository.aclose()
+        # Never blocks: model threads stop after the pass or step in flight.
+        self.models.close()
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
             self._metrics_httpd.server_close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
 
 
 def load_repository(settings: Settings, metrics: Metrics | None = None) -> ModelRepository:
@@ -115,21 +110,8 @@ async def start_server(
         options=options,
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    executor = (
-        ThreadPoolExecutor(settings.scoring_threads, thread_name_prefix="lmserve-score")
-        if settings.scoring_threads > 0
-        else None
-    )
-    limits = Limits(settings.max_texts_per_request, settings.max_tokens_per_text)
-    generation = GenerationLimits(
-        max_active_sequences=settings.max_active_sequences,
-        max_queued_requests=settings.max_queued_requests,
-        max_new_tokens=settings.max_new_tokens,
-        max_n=settings.max_n,
-        max_beam_width=settings.max_beam_width,
-        max_top_logprobs=settings.max_top_logprobs,
-    )
-    servicer = LanguageModelServicer(repository, limits, metrics, executor, generation)
+    models = ServedModels(repository, EngineLimits.from_settings(settings), metrics)
+    servicer = LanguageModelServicer(models, metrics)
     lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -146,8 +128,7 @@ async def start_server(
     if port == 0:
         raise OSError(f"could not bind {settings.host}:{settings.port}")
     await server.start()
-    running = RunningServer(server, port, metrics, health, repository, _executor=executor)
-    running._servicer = servicer
+    running = RunningServer(server, port, metrics, health, repository, models)
     if settings.metrics_enabled:
         httpd, running.metrics_port = serve_metrics(
             metrics.registry, settings.metrics_host, settings.metrics_port

@@ -5,6 +5,7 @@
     ├── ModelNotFound        -> NOT_FOUND         (no model of that name in the repository)
     ├── ModelUnavailable     -> UNAVAILABLE       (the model exists but failed to load)
     ├── Overloaded           -> RESOURCE_EXHAUSTED (a queue or limit is full; retry later)
+    │   └── RequestTooLarge                        (the request is over a size limit)
     ├── DeadlineExceeded     -> DEADLINE_EXCEEDED
     ├── Unimplemented        -> UNIMPLEMENTED     (the RPC or option is not offered for this model)
     └── ModelLoadError                            (a model folder is broken; names file and reason)
@@ -46,6 +47,15 @@ class ModelUnavailable(LmServeError):
 
 class Overloaded(LmServeError):
     """The server is at capacity for this kind of work; the caller may retry later."""
+
+
+class RequestTooLarge(Overloaded):
+    """A request holds more than a limit allows (too many hypotheses, tokens...); it was
+    refused before any work started. The message names the field, the size and the limit."""
+
+    def __init__(self, field: str, size: int, limit: int, what: str) -> None:
+        super().__init__(f"{field}: has {size} {what}, more than the limit of {limit}")
+        self.field = field
 
 
 class DeadlineExceeded(LmServeError):

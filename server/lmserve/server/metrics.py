@@ -108,6 +108,30 @@ class Metrics:
             ["model"],
             registry=registry,
         )
+        self.rerank_request_tokens = Counter(
+            "lmserve_rerank_request_tokens",
+            "Tokens the Rerank hypotheses hold (</s> included when scored).",
+            ["model"],
+            registry=registry,
+        )
+        self.rerank_computed_tokens = Counter(
+            "lmserve_rerank_computed_tokens",
+            "Tokens the model computed for Rerank (prefixes shared by hypotheses count once).",
+            ["model"],
+            registry=registry,
+        )
+        self.sessions_active = Gauge(
+            "lmserve_complete_sessions",
+            "Autocomplete sessions whose state the server holds.",
+            ["model"],
+            registry=registry,
+        )
+        self.session_events = Counter(
+            "lmserve_complete_session_events",
+            "Autocomplete session cache events: hit, miss, rebuild, evicted.",
+            ["model", "event"],
+            registry=registry,
+        )
 
         # The labelled children the per-request paths use, looked up once per label values:
         # `labels()` validates and locks on every call (~2.5 us), five times per Score request.

@@ -40,8 +40,6 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     max_concurrent_rpcs: int | None = Field(default=None, ge=1)
     grace_period_seconds: float = Field(default=10.0, ge=0)
-    # Threads that run scoring off the event loop; 0 scores inline (fastest on few cores).
-    scoring_threads: int = Field(default=0, ge=0)
     log_level: LogLevel = "INFO"
     # Neural models. ONNX Runtime: one session per graph, sequential execution (best on 2 cores).
     onnx_intra_op_threads: int = Field(default=2, ge=0)
@@ -51,15 +49,18 @@ class Settings(BaseSettings):
     onnx_use_gpu: bool = True
     # Longer texts are scored in time chunks of this many tokens, the state carried across.
     max_chunk_tokens: int = Field(default=256, ge=1)
-    # Micro-batching: concurrent Score/Perplexity requests for one neural model share a forward.
-    # None (auto) batches models that run on a GPU execution provider only: on the 2-core CPU
-    # machines measured (bench/bench_server_neural.py), larger ONNX passes are slower per token
-    # (the [batch, time, vocab] logits are memory-bound), and 16 clients served unbatched did
-    # 20% better than batched. True or False forces it.
-    batching_enabled: bool | None = None
-    batch_max_texts: int = Field(default=256, ge=1)
-    batch_max_tokens: int = Field(default=16_384, ge=1)
-    batch_max_wait_ms: float = Field(default=2.0, ge=0)
+    # Scoring work is cut into units of at most this many positions (rows x padded length):
+    # a neural pass's time and memory (rows x length x vocabulary log-probs) are bounded by it,
+    # and a short request waits for at most one unit of a long one.
+    scoring_unit_tokens: int = Field(default=512, ge=1)
+    scoring_unit_rows: int = Field(default=64, ge=1)
+    # Scoring positions that may wait per model before requests get RESOURCE_EXHAUSTED.
+    scoring_max_queued_tokens: int = Field(default=4_000_000, ge=1)
+    # Rerank: n-best lists per request and hypotheses per list.
+    max_rerank_lists: int = Field(default=1_000, ge=1)
+    max_rerank_hypotheses: int = Field(default=1_000, ge=1)
+    # Complete: the most suggestions one keystroke may ask for.
+    max_completions: int = Field(default=100, ge=1)
     # Generation: one continuous-batching scheduler per model steps every active sequence.
     # Sequences (streams x samples) stepped together; more wait in the queue.
     max_active_sequences: int = Field(default=256, ge=1)

@@ -8,31 +8,16 @@ Produces the domain objects the decoding layer takes; nothing past here sees a p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from lmserve.server.decoding.scoring import ScoreOptions
+from lmserve.server.engine.limits import RequestLimits
+from lmserve.server.engine.served_model import TextInput
 from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 
-
-@dataclass(frozen=True)
-class Limits:
-    """The per-request limits from the settings."""
-
-    max_texts_per_request: int
-    max_tokens_per_text: int
-
-
-@dataclass(frozen=True)
-class TextBatch:
-    """The texts of a request: raw `texts` or pre-tokenized `token_lists`, never both."""
-
-    texts: Sequence[str] | None = None
-    token_lists: list[list[str]] | None = None
-
-    def __len__(self) -> int:
-        return len(self.texts if self.texts is not None else self.token_lists or [])
+Limits = RequestLimits
+TextBatch = TextInput
 
 
 class BatchRequest(Protocol):
@@ -51,7 +36,7 @@ def validate_model_name(model: str) -> str:
 
 
 def validate_options(
-    request: pb.ScoreRequest | pb.PerplexityRequest | pb.CorpusPerplexityRequest,
+    request: pb.ScoreRequest | pb.PerplexityRequest | pb.CorpusPerplexityRequest | pb.RerankRequest,
 ) -> ScoreOptions:
     """`options.bos` / `options.eos`, absent meaning true (KenLM's defaults)."""
     if not request.HasField("options"):

@@ -171,7 +171,7 @@ class ContextStepper:
     def _cut(self, context: tuple[int, ...]) -> tuple[int, ...]:
         if self.max_context is None:
             return context
-        return context[len(context) - self.max_context :] if self.max_context else ()
+        return context[-self.max_context :] if self.max_context else ()
 
     def initial_state(self, batch: int) -> ContextState:
         return ((),) * batch

@@ -25,7 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens-per-text", type=int)
     parser.add_argument("--max-concurrent-rpcs", type=int)
     parser.add_argument("--grace-period-seconds", type=float)
-    parser.add_argument("--scoring-threads", type=int, help="0 scores on the event loop")
+    parser.add_argument(
+        "--scoring-unit-tokens",
+        type=int,
+        help="positions (rows x padded length) in one neural scoring pass",
+    )
     parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], default=None
     )
@@ -45,7 +49,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "max_tokens_per_text",
         "max_concurrent_rpcs",
         "grace_period_seconds",
-        "scoring_threads",
+        "scoring_unit_tokens",
         "log_level",
     )
     return load_settings({name: getattr(args, name, None) for name in names})

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import (
+    BatchScores,
     EncodedBatch,
     FloatArray,
     IdArray,
@@ -74,6 +75,33 @@ class ScoredTexts:
 
     def __len__(self) -> int:
         return len(self.log_probs)
+
+
+@dataclass(frozen=True)
+class PreparedScoring:
+    """A request's texts encoded and checked, waiting for the backend's scores.
+
+    `run(backend)` is the backend call it needs; `Scorer.finish` makes the results."""
+
+    batch: EncodedBatch
+    lengths: CountArray
+    words: Sequence[int] | None
+    word_lists: Sequence[Sequence[str]] | None
+    options: ScoreOptions
+    details: bool
+    oov_log_probs: bool
+    oov_counts: CountArray
+    per_token: bool
+
+    @property
+    def scored_tokens(self) -> int:
+        """Positions the backend scores (`</s>` included when eos is on)."""
+        return len(self.batch.ids) + (len(self.lengths) if self.options.eos else 0)
+
+    def run(self, backend: LanguageModelBackend) -> BatchScores:
+        """The whole batch in one backend call (the engine cuts it into units instead)."""
+        options = self.options
+        return backend.score(self.batch, bos=options.bos, eos=options.eos, per_token=self.per_token)
 
 
 @dataclass(frozen=True)
@@ -131,27 +159,15 @@ class Scorer:
         oov_log_probs: bool = False,
         max_tokens_per_text: int | None = None,
     ) -> ScoredTexts:
-        """Tokenizes with the model's codec, then scores (see `score_token_lists`)."""
-        if details and self._words is not None:
-            # The details name every word as sent: split in Python, where the strings are.
-            return self.score_token_lists(
-                self.tokenize(texts),
-                options,
-                details=True,
-                oov_log_probs=oov_log_probs,
-                max_tokens_per_text=max_tokens_per_text,
-                field="texts",
-            )
-        count_words = self.codec.count_words
-        return self._score_batch(
-            self.codec.encode_texts(texts),
-            None if self._words is not None else [count_words(t) for t in texts],
+        """Tokenizes with the model's codec, then scores in one backend call."""
+        prepared = self.prepare_texts(
+            texts,
             options,
             details=details,
             oov_log_probs=oov_log_probs,
             max_tokens_per_text=max_tokens_per_text,
-            field="texts",
         )
+        return self.finish(prepared, prepared.run(self.backend))
 
     def score_token_lists(
         self,
@@ -161,9 +177,62 @@ class Scorer:
         details: bool = False,
         oov_log_probs: bool = False,
         max_tokens_per_text: int | None = None,
-        field: str = "token_lists",
     ) -> ScoredTexts:
-        """Scores a batch in one backend call.
+        """Scores pre-tokenized texts in one backend call (see `prepare_token_lists`)."""
+        prepared = self.prepare_token_lists(
+            token_lists,
+            options,
+            details=details,
+            oov_log_probs=oov_log_probs,
+            max_tokens_per_text=max_tokens_per_text,
+        )
+        return self.finish(prepared, prepared.run(self.backend))
+
+    def prepare_texts(
+        self,
+        texts: Sequence[str],
+        options: ScoreOptions,
+        *,
+        details: bool = False,
+        oov_log_probs: bool = False,
+        max_tokens_per_text: int | None = None,
+    ) -> PreparedScoring:
+        """Tokenizes with the model's codec and checks the limits: what the backend needs.
+
+        The backend call itself is left to the caller (the engine queues it in bounded units),
+        and `finish` turns its scores into results."""
+        if details and self._words is not None:
+            # The details name every word as sent: split in Python, where the strings are.
+            return self.prepare_token_lists(
+                self.tokenize(texts),
+                options,
+                details=True,
+                oov_log_probs=oov_log_probs,
+                max_tokens_per_text=max_tokens_per_text,
+                field="texts",
+            )
+        count_words = self.codec.count_words
+        return self._prepare(
+            self.codec.encode_texts(texts),
+            None if self._words is not None else [count_words(t) for t in texts],
+            options,
+            details=details,
+            oov_log_probs=oov_log_probs,
+            max_tokens_per_text=max_tokens_per_text,
+            field="texts",
+        )
+
+    def prepare_token_lists(
+        self,
+        token_lists: Sequence[Sequence[str]],
+        options: ScoreOptions,
+        *,
+        details: bool = False,
+        oov_log_probs: bool = False,
+        max_tokens_per_text: int | None = None,
+        field: str = "token_lists",
+    ) -> PreparedScoring:
+        """Encodes pre-tokenized texts and checks the limits.
 
         `details` adds per-token results; `oov_log_probs` adds each text's OOV log-prob sum
         (needed for perplexity excluding OOVs). Both cost a per-token pass; totals alone do not.
@@ -172,7 +241,7 @@ class Scorer:
             words, word_lists = None, token_lists if details else None
         else:  # the model's tokens are pieces of the words given
             words, word_lists = [len(t) for t in token_lists], None
-        return self._score_batch(
+        return self._prepare(
             self.codec.encode_token_lists(token_lists),
             words,
             options,
@@ -183,7 +252,7 @@ class Scorer:
             field=field,
         )
 
-    def _score_batch(
+    def _prepare(
         self,
         batch: EncodedBatch,
         words: Sequence[int] | None,
@@ -194,14 +263,12 @@ class Scorer:
         max_tokens_per_text: int | None,
         field: str,
         word_lists: Sequence[Sequence[str]] | None = None,
-    ) -> ScoredTexts:
-        """Scores an encoded batch.
+    ) -> PreparedScoring:
+        """Checks an encoded batch against the limit and notes what its results need.
 
         `words` counts each text's words (None: one per token, a word model). With `details`,
         tokens are named by `word_lists` (a word model's words as sent) or by the vocabulary.
         """
-        # Every numpy call counts here: in a busy server each costs several times what it does
-        # in a warm loop, so the totals-only path keeps to the few it needs.
         offsets = batch.offsets
         lengths = offsets[1:] - offsets[:-1]  # np.diff, without its Python-level overhead
         if (
@@ -216,28 +283,43 @@ class Scorer:
             )
         oov_counts = _segment_counts(batch)
         any_oov = oov_log_probs and bool(oov_counts.any())
-        per_token = details or any_oov
-        scores = self.backend.score(batch, bos=options.bos, eos=options.eos, per_token=per_token)
+        return PreparedScoring(
+            batch=batch,
+            lengths=lengths,
+            words=words,
+            word_lists=word_lists,
+            options=options,
+            details=details,
+            oov_log_probs=oov_log_probs,
+            oov_counts=oov_counts,
+            per_token=details or any_oov,
+        )
+
+    def finish(self, prepared: PreparedScoring, scores: BatchScores) -> ScoredTexts:
+        """The per-text results of a prepared batch from the backend's scores."""
+        # Every numpy call counts here: in a busy server each costs several times what it does
+        # in a warm loop, so the totals-only path keeps to the few it needs.
+        batch, lengths, options = prepared.batch, prepared.lengths, prepared.options
         token_counts = lengths + 1 if options.eos else lengths
-        if words is None:
+        if prepared.words is None:
             word_counts = token_counts
         else:
-            word_counts = np.asarray(words, dtype=np.int64).reshape(len(lengths))
+            word_counts = np.asarray(prepared.words, dtype=np.int64).reshape(len(lengths))
             if options.eos:
                 word_counts = word_counts + 1
         oov_sums: FloatArray | None = None
-        if oov_log_probs:
+        if prepared.oov_log_probs:
             oov_sums = np.zeros(batch.batch_size, dtype=np.float64)
         text_details: list[TokenDetails] | None = None
-        if per_token:
+        if prepared.per_token:
             assert scores.token_log_probs is not None and scores.token_offsets is not None
             oov_mask = _scored_mask(batch, options.eos)
-            if any_oov:
+            if prepared.oov_log_probs and prepared.oov_counts.any():
                 masked = np.where(oov_mask, scores.token_log_probs, 0.0)
                 oov_sums = _segment_sums(masked, scores.token_offsets)
-            if details:
+            if prepared.details:
                 text_details = self._details(
-                    word_lists,
+                    prepared.word_lists,
                     batch,
                     scores.token_log_probs,
                     scores.token_offsets,
@@ -249,7 +331,7 @@ class Scorer:
             log_probs=np.asarray(scores.totals, dtype=np.float64),
             token_counts=token_counts.astype(np.int64, copy=False),
             word_counts=word_counts.astype(np.int64, copy=False),
-            oov_counts=oov_counts,
+            oov_counts=prepared.oov_counts,
             oov_log_probs=oov_sums,
             details=text_details,
             total_tokens=len(batch.ids) + (len(lengths) if options.eos else 0),

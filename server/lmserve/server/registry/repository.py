@@ -6,8 +6,8 @@
 
 A folder that fails (bad manifest, missing file, checksum, malformed model) is kept as FAILED
 with `load_error` naming the file and the reason; the other models still serve. Interpolated
-models load after every other, since they are built from loaded components. Neural models (and
-mixtures with a neural component) get a micro-batcher unless the settings turn batching off.
+models load after every other, since they are built from loaded components. The registry only
+loads: serving a loaded model (queues, schedulers, sessions) is `engine.served_model`'s job.
 Each model scores with the codec its manifest's tokenizer names: words (`WordCodec`), characters
 (`CharCodec`, from the escaped `vocab.txt`) or BPE subwords (`BpeCodec`, from `tokenizer.json`).
 """
@@ -23,11 +23,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from lmserve.server.backends.base import LanguageModelBackend
-from lmserve.server.backends.interpolated import InterpolatedBackend
-from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
-from lmserve.server.backends.recurrent import RecurrentBackend
+from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.decoding.scoring import Scorer
-from lmserve.server.engine.batcher import BatchLimits, MicroBatcher
 from lmserve.server.errors import ManifestError, ModelLoadError, ModelNotFound, ModelUnavailable
 from lmserve.server.manifest import (
     ModelKind,
@@ -67,25 +64,18 @@ class ModelEntry:
     scorer: Scorer | None = None
     load_error: str = ""
     load_seconds: float = 0.0
-    # Merges concurrent scoring requests (neural models); None scores each request directly.
-    batcher: MicroBatcher | None = None
 
     @property
     def backend(self) -> LanguageModelBackend | None:
-        """The model itself (not the batching wrapper the scorer may use)."""
-        if self.batcher is not None:
-            return self.batcher.inner
+        """The loaded model, when READY."""
         return self.scorer.backend if self.scorer else None
 
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """What loading takes from the settings: runtime options and micro-batching limits."""
+    """What loading takes from the settings: the neural runtimes' options."""
 
     onnx: OnnxOptions = OnnxOptions()
-    batching: BatchLimits | None = BatchLimits()
-    # Batch only models that run on a GPU (the settings' "auto").
-    batching_gpu_only: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoadOptions:
@@ -96,14 +86,7 @@ class LoadOptions:
             max_chunk_tokens=settings.max_chunk_tokens,
             use_gpu=settings.onnx_use_gpu,
         )
-        batching = (
-            BatchLimits(
-                settings.batch_max_texts, settings.batch_max_tokens, settings.batch_max_wait_ms
-            )
-            if settings.batching_enabled is not False
-            else None
-        )
-        return cls(onnx, batching, batching_gpu_only=settings.batching_enabled is None)
+        return cls(onnx)
 
 
 def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
@@ -136,20 +119,6 @@ def make_codec(
         str(folder / "model.yaml"),
         f"a {spec.kind.value} tokenizer is not served for {manifest.kind.value} models",
     )
-
-
-def _needs_batcher(backend: LanguageModelBackend) -> bool:
-    """Neural forwards gain from merged batches; n-gram lookups keep their direct path."""
-    if isinstance(backend, InterpolatedBackend):
-        return any(_needs_batcher(b) for b in backend.components)
-    return isinstance(backend, RecurrentBackend)
-
-
-def _on_gpu(backend: LanguageModelBackend) -> bool:
-    """Whether the model (or a neural component) runs on ONNX Runtime's CUDA provider."""
-    if isinstance(backend, InterpolatedBackend):
-        return any(_on_gpu(b) for b in backend.components)
-    return isinstance(backend, OnnxBackend) and "CUDAExecutionProvider" in backend.providers
 
 
 def load_entry(
@@ -185,21 +154,13 @@ def load_entry(
         return ModelEntry(name, folder, ModelState.FAILED, manifest, load_error=str(exc))
     seconds = time.perf_counter() - started
     log.info("model %s loaded from %s in %.2f s", manifest.name, folder, seconds)
-    batcher = None
-    if (
-        options.batching is not None
-        and _needs_batcher(backend)
-        and (not options.batching_gpu_only or _on_gpu(backend))
-    ):
-        batcher = MicroBatcher(backend, options.batching)
     return ModelEntry(
         manifest.name,
         folder,
         ModelState.READY,
         manifest,
-        scorer=Scorer(batcher.backend if batcher else backend, codec),
+        scorer=Scorer(backend, codec),
         load_seconds=seconds,
-        batcher=batcher,
     )
 
 
@@ -267,12 +228,6 @@ class ModelRepository:
             if on_loaded is not None:
                 on_loaded(entry)
         return cls(root, list(entries.values()))
-
-    async def aclose(self) -> None:
-        """Stops the micro-batchers' tasks and threads (call on the serving loop)."""
-        for entry in self._entries.values():
-            if entry.batcher is not None:
-                await entry.batcher.aclose()
 
     def entries(self) -> list[ModelEntry]:
         """Every model, sorted by name."""

@@ -1,0 +1,187 @@
+"""Rerank: n-best lists in, each list's hypotheses reordered by combined score out.
+
+    response = await rerank(served_models, limits, request, deadline)
+
+Every field is checked before any work starts, and a bad one is named by its path
+(`lists[3].hypotheses[7].scores["acoustic"]`). The hypotheses of all lists are scored together
+(`ServedModel.lm_scores`: equal to Score's totals, shared prefixes computed once on a neural
+model), then each list is combined and ranked (`decoding.rerank`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmserve.server.api.interceptors import note_model
+from lmserve.server.api.validation import validate_model_name, validate_options
+from lmserve.server.decoding.rerank import LengthUnit, RerankWeights, rank, text_length
+from lmserve.server.engine.limits import RequestLimits
+from lmserve.server.engine.served_model import TextInput
+from lmserve.server.engine.served_models import ServedModels
+from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.v1 import lm_service_pb2 as pb
+
+_UNITS = {
+    pb.LENGTH_UNIT_UNSPECIFIED: LengthUnit.WORDS,
+    pb.LENGTH_UNIT_TOKENS: LengthUnit.TOKENS,
+    pb.LENGTH_UNIT_WORDS: LengthUnit.WORDS,
+    pb.LENGTH_UNIT_CHARACTERS: LengthUnit.CHARACTERS,
+}
+
+
+@dataclass(frozen=True)
+class _Hypotheses:
+    """Every hypothesis of a request, flattened in list order."""
+
+    texts: list[str] | None
+    token_lists: list[list[str]] | None
+    scores: list[Mapping[str, float]]
+    list_bounds: list[int]  # list i holds hypotheses list_bounds[i]:list_bounds[i + 1]
+
+    def plain_text(self, i: int) -> str:
+        if self.texts is not None:
+            return self.texts[i]
+        assert self.token_lists is not None
+        return " ".join(self.token_lists[i])
+
+
+def _finite(value: float, field: str) -> float:
+    if not math.isfinite(value):
+        raise InvalidArgument(field, f"is {value}; scores and weights must be finite numbers")
+    return value
+
+
+def rerank_weights(request: pb.RerankRequest) -> RerankWeights:
+    """The combination's weights and length unit, checked."""
+    weights = {
+        name: _finite(value, f"score_weights[{name!r}]")
+        for name, value in request.score_weights.items()
+    }
+    lm_weight = request.lm_weight if request.HasField("lm_weight") else 1.0
+    unit = _UNITS.get(request.length_unit)
+    if unit is None:
+        raise InvalidArgument(
+            "length_unit",
+            f"{request.length_unit} is not a length unit; use LENGTH_UNIT_TOKENS, "
+            "LENGTH_UNIT_WORDS or LENGTH_UNIT_CHARACTERS",
+        )
+    return RerankWeights(
+        score_weights=weights,
+        lm_weight=_finite(lm_weight, "lm_weight"),
+        length_bonus=_finite(request.length_bonus, "length_bonus"),
+        length_unit=unit,
+    )
+
+
+def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses:
+    """The hypotheses of every list, each with exactly one of text and tokens (all lists of a
+    request the same kind), finite scores, and the lists within the limits."""
+    if not request.lists:
+        raise InvalidArgument("lists", "no n-best lists given")
+    if len(request.lists) > limits.max_rerank_lists:
+        raise RequestTooLarge("lists", len(request.lists), limits.max_rerank_lists, "lists")
+    texts: list[str] = []
+    token_lists: list[list[str]] = []
+    scores: list[Mapping[str, float]] = []
+    bounds = [0]
+    for i, nbest in enumerate(request.lists):
+        where = f"lists[{i}]"
+        if not nbest.hypotheses:
+            raise InvalidArgument(f"{where}.hypotheses", "the list is empty")
+        if len(nbest.hypotheses) > limits.max_rerank_hypotheses:
+            raise RequestTooLarge(
+                f"{where}.hypotheses",
+                len(nbest.hypotheses),
+                limits.max_rerank_hypotheses,
+                "hypotheses",
+            )
+        for j, hyp in enumerate(nbest.hypotheses):
+            at = f"{where}.hypotheses[{j}]"
+            has_tokens = hyp.HasField("tokens")
+            if has_tokens == bool(hyp.text):
+                raise InvalidArgument(
+                    at, "set exactly one of text and tokens" + (" (both set)" if has_tokens else "")
+                )
+            if has_tokens:
+                tokens = list(hyp.tokens.tokens)
+                if "" in tokens:
+                    raise InvalidArgument(f"{at}.tokens[{tokens.index('')}]", "is an empty token")
+                token_lists.append(tokens)
+            else:
+                texts.append(hyp.text)
+            if texts and token_lists:
+                raise InvalidArgument(at, "mixes text and tokens; send one kind per request")
+            scores.append(
+                {
+                    name: _finite(value, f"{at}.scores[{name!r}]")
+                    for name, value in hyp.scores.items()
+                }
+            )
+        bounds.append(len(scores))
+    total = len(scores)
+    if total > limits.max_texts_per_request:
+        raise RequestTooLarge("lists", total, limits.max_texts_per_request, "hypotheses in all")
+    return _Hypotheses(texts or None, token_lists or None, scores, bounds)
+
+
+async def rerank(
+    models: ServedModels, limits: RequestLimits, request: pb.RerankRequest, deadline: float | None
+) -> pb.RerankResponse:
+    """One Rerank request, checked, scored and answered (lists in request order)."""
+    name = validate_model_name(request.model)
+    if name in models:
+        note_model(name)
+    served = models.ready(name)
+    weights = rerank_weights(request)
+    options = validate_options(request)
+    hyps = _hypotheses(request, limits)
+    try:
+        lm = await served.lm_scores(TextInput(hyps.texts, hyps.token_lists), options, deadline)
+    except InvalidArgument as exc:
+        raise _located(exc, hyps) from None
+    unit = weights.length_unit
+    lengths = np.fromiter(
+        (
+            text_length(hyps.plain_text(i), unit, int(lm.token_counts[i]))
+            for i in range(len(hyps.scores))
+        ),
+        dtype=np.int64,
+        count=len(hyps.scores),
+    )
+    combined = weights.combine(lm.log_probs, hyps.scores, lengths)
+    response = pb.RerankResponse(
+        model=served.name,
+        request_tokens=lm.request_tokens,
+        computed_tokens=lm.computed_tokens,
+    )
+    for i, nbest in enumerate(request.lists):
+        lo, hi = hyps.list_bounds[i], hyps.list_bounds[i + 1]
+        out = response.lists.add(id=nbest.id)
+        for position, local in enumerate(rank(combined[lo:hi]).tolist()):
+            k = lo + local
+            out.hypotheses.add(
+                index=local,
+                rank=position,
+                lm_log_prob=float(lm.log_probs[k]),
+                combined_score=float(combined[k]),
+                length=int(lengths[k]),
+                oov_count=int(lm.oov_counts[k]),
+            )
+    return response
+
+
+def _located(exc: InvalidArgument, hyps: _Hypotheses) -> InvalidArgument:
+    """A scoring error on `texts[k]` (flattened) renamed to its list and hypothesis."""
+    field = exc.field
+    for prefix in ("texts[", "token_lists["):
+        if field.startswith(prefix):
+            k = int(field[len(prefix) : field.index("]")])
+            i = int(np.searchsorted(hyps.list_bounds, k, side="right")) - 1
+            j = k - hyps.list_bounds[i]
+            rest = field[field.index("]") + 1 :]
+            return InvalidArgument(f"lists[{i}].hypotheses[{j}]{rest}", exc.problem)
+    return exc

@@ -1,0 +1,63 @@
+"""Every limit a request is held to, built once from the settings: one object owns them.
+
+    limits = EngineLimits.from_settings(settings)
+    limits.requests.max_texts_per_request, limits.scoring.unit_tokens, limits.generation.max_n
+
+The API layer validates requests against `requests` (and `generation` for decoding knobs); the
+engine sizes its work by `scoring` and `generation`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lmserve.server.engine.scheduler import GenerationLimits
+from lmserve.server.engine.scoring_queue import ScoringLimits
+from lmserve.server.settings import Settings
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may carry (checked before any work starts)."""
+
+    max_texts_per_request: int = 10_000
+    max_tokens_per_text: int = 100_000
+    # Rerank: lists per request and hypotheses per list.
+    max_rerank_lists: int = 1_000
+    max_rerank_hypotheses: int = 1_000
+    # Complete: suggestions per keystroke.
+    max_completions: int = 100
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """The request, scoring and generation limits together."""
+
+    requests: RequestLimits = field(default_factory=RequestLimits)
+    scoring: ScoringLimits = field(default_factory=ScoringLimits)
+    generation: GenerationLimits = field(default_factory=GenerationLimits)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EngineLimits:
+        return cls(
+            requests=RequestLimits(
+                max_texts_per_request=settings.max_texts_per_request,
+                max_tokens_per_text=settings.max_tokens_per_text,
+                max_rerank_lists=settings.max_rerank_lists,
+                max_rerank_hypotheses=settings.max_rerank_hypotheses,
+                max_completions=settings.max_completions,
+            ),
+            scoring=ScoringLimits(
+                unit_tokens=settings.scoring_unit_tokens,
+                unit_rows=settings.scoring_unit_rows,
+                max_queued_tokens=settings.scoring_max_queued_tokens,
+            ),
+            generation=GenerationLimits(
+                max_active_sequences=settings.max_active_sequences,
+                max_queued_requests=settings.max_queued_requests,
+                max_new_tokens=settings.max_new_tokens,
+                max_n=settings.max_n,
+                max_beam_width=settings.max_beam_width,
+                max_top_logprobs=settings.max_top_logprobs,
+            ),
+        )

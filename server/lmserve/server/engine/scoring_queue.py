@@ -1,0 +1,392 @@
+"""Bounded, fair scoring work: every request is cut into units, units run one pass at a time.
+
+    queue = ScoringQueue("kjv-lstm", backend, ScoringLimits(unit_tokens=512), metrics)
+    scores = await queue.score(prepared, deadline)   # BatchScores of the whole request
+
+Why units: a recurrent model scores a pass of `rows x padded length` positions at once and
+materialises `rows x min(length, max_chunk_tokens) x vocabulary` log-probabilities, so one big
+request in one pass holds the model for seconds and can take gigabytes. Here a request's texts
+are sorted by length and cut into units of at most `unit_tokens` positions (rows times the
+unit's longest text), so a pass costs at most that, whatever the request; a text longer than a
+unit is a unit of its own and the backend walks it in time chunks (memory bounded by the chunk).
+
+Fairness: one worker thread per model runs the passes. It takes units round-robin over the
+requests that have work (each request one unit per turn), so a one-sentence Score that arrives
+behind a 400-line Score waits for at most the pass in flight, never for the whole long request.
+Head units of other requests with the same options are added to the pass while it stays within
+`unit_tokens` (and their lengths are close), so concurrent small requests share a pass, batched
+by length.
+
+Cancellation and deadlines: a request whose caller went away or whose deadline passed is
+dropped before its next unit. n-gram work that is cheaper than a thread hop (a few thousand
+lookups, tens of microseconds) runs inline on the caller's thread; n-gram and neural models have
+their own workers, so n-gram work never queues behind neural work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lmserve.server.backends.base import BatchScores, LanguageModelBackend
+from lmserve.server.decoding.scoring import PreparedScoring
+from lmserve.server.engine.scoring_units import concat, cut_units, gather
+from lmserve.server.errors import DeadlineExceeded, ModelUnavailable, Overloaded
+from lmserve.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScoringLimits:
+    """How big one pass may be and how much work may wait (from the settings)."""
+
+    # Positions (rows x padded length) in one forward pass of a neural model.
+    unit_tokens: int = 512
+    # Rows in one pass, whatever their length.
+    unit_rows: int = 64
+    # Work (scored positions) that may wait per model; more is refused (RESOURCE_EXHAUSTED).
+    max_queued_tokens: int = 4_000_000
+    # Requests up to this many positions on a model that runs inline (n-gram) skip the queue.
+    inline_tokens: int = 8192
+
+
+@dataclass(eq=False)  # identity: two jobs with equal texts are still two jobs
+class _Job:
+    """One request's scoring: its units still to run and the results gathered so far."""
+
+    prepared: PreparedScoring
+    deadline: float | None
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[BatchScores]
+    units: deque[np.ndarray]
+    totals: np.ndarray
+    token_log_probs: np.ndarray | None
+    ngram_lengths: np.ndarray | None
+    token_offsets: np.ndarray | None
+    tokens: int
+    enqueued: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False
+
+    @property
+    def key(self) -> tuple[bool, bool]:
+        options = self.prepared.options
+        return options.bos, options.eos
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+
+@dataclass(eq=False)
+class _StepJob:
+    """Work that runs as a generator: each `next()` is one unit (e.g. one batched step of
+    prefix-shared scoring); it takes its turns in the round-robin like a scoring request."""
+
+    steps: Iterator[None]
+    deadline: float | None
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[None]
+    tokens: int
+    enqueued: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+
+class ScoringQueue:
+    """One model's scoring work, run in bounded units by one worker thread (see module doc)."""
+
+    def __init__(
+        self,
+        model: str,
+        backend: LanguageModelBackend,
+        limits: ScoringLimits,
+        metrics: Metrics | None = None,
+        *,
+        inline: bool = False,
+    ) -> None:
+        self.model = model
+        self.backend = backend
+        self.limits = limits
+        self._metrics = metrics
+        # Whether small requests run on the caller's thread (cheap n-gram lookups).
+        self._inline = inline
+        self._jobs: deque[_Job | _StepJob] = deque()
+        self._queued_tokens = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self.passes = 0  # forward passes run (tests, metrics)
+        self._thread = threading.Thread(
+            target=self._run, name=f"lmserve-score-{model}", daemon=True
+        )
+        self._thread.start()
+
+    # -- the caller's side -------------------------------------------------------------------
+
+    async def score(self, prepared: PreparedScoring, deadline: float | None = None) -> BatchScores:
+        """The backend's scores for a prepared request; raises DeadlineExceeded, Overloaded."""
+        tokens = prepared.scored_tokens
+        if self._inline and tokens <= self.limits.inline_tokens:
+            return prepared.run(self.backend)
+        job = self._job(prepared, deadline, tokens)
+        self._enqueue(job)
+        try:
+            return await job.future
+        finally:
+            job.cancelled = True  # no-op once done; a caller that left frees its units
+
+    async def run_steps(
+        self, steps: Iterator[None], tokens: int, deadline: float | None = None
+    ) -> None:
+        """Runs a generator of units on the worker, one unit per turn (see `_StepJob`);
+        `tokens` is the work it stands for, counted against `max_queued_tokens`."""
+        loop = asyncio.get_running_loop()
+        job = _StepJob(steps, deadline, loop, loop.create_future(), tokens)
+        self._enqueue(job)
+        try:
+            await job.future
+        finally:
+            job.cancelled = True
+
+    def _enqueue(self, job: _Job | _StepJob) -> None:
+        tokens = job.tokens
+        with self._cond:
+            if self._closed:
+                raise ModelUnavailable(f"model {self.model!r} is shutting down")
+            if self._queued_tokens and self._queued_tokens + tokens > self.limits.max_queued_tokens:
+                raise Overloaded(
+                    f"{self._queued_tokens} tokens of scoring already wait for model "
+                    f"{self.model!r} and this request adds {tokens} (max_queued_tokens "
+                    f"{self.limits.max_queued_tokens}); retry later"
+                )
+            self._jobs.append(job)
+            self._queued_tokens += tokens
+            self._cond.notify()
+
+    def _job(self, prepared: PreparedScoring, deadline: float | None, tokens: int) -> _Job:
+        batch = prepared.batch
+        n = batch.batch_size
+        lengths = prepared.lengths + (1 if prepared.options.eos else 0)
+        token_offsets = None
+        if prepared.per_token:
+            token_offsets = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(lengths, out=token_offsets[1:])
+        loop = asyncio.get_running_loop()
+        return _Job(
+            prepared=prepared,
+            deadline=deadline,
+            loop=loop,
+            future=loop.create_future(),
+            units=cut_units(lengths, self.limits.unit_tokens, self.limits.unit_rows),
+            totals=np.zeros(n, dtype=np.float64),
+            token_log_probs=None if token_offsets is None else np.zeros(int(token_offsets[-1])),
+            ngram_lengths=None,
+            token_offsets=token_offsets,
+            tokens=tokens,
+        )
+
+    @property
+    def queued_tokens(self) -> int:
+        return self._queued_tokens
+
+    def close(self) -> None:
+        """Stops the worker after the pass in flight; waiting requests fail. Never blocks."""
+        with self._cond:
+            self._closed = True
+            jobs, self._jobs = list(self._jobs), deque()
+            self._cond.notify()
+        for job in jobs:
+            self._fail(job, ModelUnavailable(f"model {self.model!r} is shutting down"))
+
+    # -- the worker thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._jobs:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                picked = self._pick()
+            try:
+                if isinstance(picked, _StepJob):
+                    self._run_step(picked)
+                elif picked:
+                    self._run_pass(picked)
+            except Exception as exc:  # a bug here must not stop the worker or strand callers
+                log.exception("scoring worker of %s", self.model)
+                jobs = [picked] if isinstance(picked, _StepJob) else [j for j, _ in picked]
+                with self._cond:
+                    for job in jobs:
+                        self._drop(job)
+                for job in jobs:
+                    self._fail(job, exc)
+
+    def _pick(self) -> list[tuple[_Job, np.ndarray]] | _StepJob:
+        """The next pass: the head unit of the next request in turn, plus head units of other
+        requests with the same options and similar lengths while the pass stays in bounds.
+        Drops requests that were cancelled or expired. Call with `_cond` held."""
+        now = time.monotonic()
+        while self._jobs:
+            job = self._jobs[0]
+            if job.cancelled or job.future.done():
+                self._drop(job)
+            elif job.expired(now):
+                self._drop(job)
+                self._fail(job, DeadlineExceeded("Score did not finish before its deadline"))
+            else:
+                break
+        if not self._jobs:
+            return []
+        first = self._jobs[0]
+        self._jobs.rotate(-1)  # round-robin: the next pass starts with the next request
+        if isinstance(first, _StepJob):
+            return first
+        unit = first.units.popleft()
+        picked = [(first, unit)]
+        lengths = first.prepared.lengths
+        width = int(lengths[unit].max()) if len(unit) else 0
+        rows = len(unit)
+        for job in list(self._jobs):
+            if not isinstance(job, _Job) or job is first or job.key != first.key:
+                continue
+            if job.cancelled or not job.units:
+                continue
+            head = job.units[0]
+            head_width = int(job.prepared.lengths[head].max()) if len(head) else 0
+            wide = max(width, head_width)
+            if head_width > 2 * width + 8 or width > 2 * head_width + 8:
+                continue
+            if (rows + len(head)) * max(wide, 1) > self.limits.unit_tokens:
+                continue
+            if rows + len(head) > self.limits.unit_rows:
+                continue
+            picked.append((job, job.units.popleft()))
+            rows, width = rows + len(head), wide
+        for job, _ in picked:
+            if not job.units:
+                self._drop(job)  # its last unit is in this pass
+        return picked
+
+    def _run_step(self, job: _StepJob) -> None:
+        """One unit of a generator job; its end (or failure) resolves the caller."""
+        started = time.perf_counter()
+        try:
+            next(job.steps)
+        except StopIteration:
+            with self._cond:
+                self._drop(job)
+            _resolve(job, None)
+            return
+        except Exception as exc:  # noqa: BLE001 - the failure belongs to this request only
+            log.exception("scoring step of %s failed", self.model)
+            with self._cond:
+                self._drop(job)
+            _resolve(job, exc)
+            return
+        self.passes += 1
+        if self._metrics is not None and job.enqueued:
+            self._metrics.queue_duration.labels(model=self.model).observe(started - job.enqueued)
+            job.enqueued = 0.0
+
+    def _drop(self, job: _Job | _StepJob) -> None:
+        if job in self._jobs:
+            self._jobs.remove(job)
+            self._queued_tokens -= job.tokens
+
+    def _run_pass(self, picked: list[tuple[_Job, np.ndarray]]) -> None:
+        """One forward pass over the picked units; results go to their requests' arrays."""
+        started = time.perf_counter()
+        jobs = [job for job, _ in picked]
+        parts = [gather(job.prepared.batch, unit) for job, unit in picked]
+        merged = parts[0] if len(parts) == 1 else concat(parts)
+        bos, eos = jobs[0].key
+        per_token = any(job.prepared.per_token for job in jobs)
+        try:
+            scores = self.backend.score(merged, bos=bos, eos=eos, per_token=per_token)
+        except Exception as exc:  # noqa: BLE001 - the failure belongs to these requests only
+            if len(picked) > 1:
+                for item in picked:  # alone, so only the request that fails gets the error
+                    self._run_pass([item])
+                return
+            log.exception("scoring pass of %s failed", self.model)
+            self._fail(jobs[0], exc)
+            with self._cond:
+                self._drop(jobs[0])
+            return
+        self.passes += 1
+        self._record(jobs, started, merged.batch_size)
+        row = 0
+        for job, unit in picked:
+            self._store(job, unit, scores, row)
+            row += len(unit)
+            if not job.units and not job.cancelled:
+                self._finish(job)
+
+    def _store(self, job: _Job, unit: np.ndarray, scores: BatchScores, row: int) -> None:
+        n = len(unit)
+        job.totals[unit] = scores.totals[row : row + n]
+        if job.token_offsets is None:
+            return
+        assert scores.token_offsets is not None and scores.token_log_probs is not None
+        out_offsets = job.token_offsets
+        assert job.token_log_probs is not None
+        for k, i in enumerate(unit.tolist()):
+            lo, hi = int(scores.token_offsets[row + k]), int(scores.token_offsets[row + k + 1])
+            start = int(out_offsets[i])
+            job.token_log_probs[start : start + hi - lo] = scores.token_log_probs[lo:hi]
+            if scores.ngram_lengths is not None:
+                if job.ngram_lengths is None:
+                    job.ngram_lengths = np.zeros(len(job.token_log_probs), dtype=np.int32)
+                job.ngram_lengths[start : start + hi - lo] = scores.ngram_lengths[lo:hi]
+
+    def _finish(self, job: _Job) -> None:
+        result = BatchScores(
+            totals=job.totals,
+            token_log_probs=job.token_log_probs,
+            token_offsets=job.token_offsets,
+            ngram_lengths=job.ngram_lengths,
+        )
+        _resolve(job, result)
+
+    def _fail(self, job: _Job | _StepJob, exc: BaseException) -> None:
+        _resolve(job, exc)
+
+    def _record(self, jobs: list[_Job], started: float, rows: int) -> None:
+        metrics = self._metrics
+        if metrics is None:
+            return
+        metrics.batch_size.labels(model=self.model).observe(rows)
+        queue = metrics.queue_duration.labels(model=self.model)
+        for job in jobs:
+            if job.enqueued:
+                queue.observe(started - job.enqueued)
+                job.enqueued = 0.0  # the wait before its first unit only
+
+
+def _resolve(job: _Job | _StepJob, outcome: Any) -> None:
+    """Hands the outcome to the waiting coroutine on its loop (from the worker thread)."""
+
+    def deliver() -> None:
+        if job.future.done():
+            return
+        if isinstance(outcome, BaseException):
+            job.future.set_exception(outcome)
+        else:
+            job.future.set_result(outcome)
+
+    if job.loop.is_closed():
+        return
+    try:
+        job.loop.call_soon_threadsafe(deliver)
+    except RuntimeError:  # the loop closed meanwhile
+        pass
