@@ -7,9 +7,10 @@ for the calls used here). The noise model, per sentence of the chosen split (5-1
   them; the others are distinct corrupted copies of it, each with 1 + Geometric(0.5) errors
   (at most 4), every error one of
   - substitution (70%) of a word by a *confusable* word of the training vocabulary: one edit
-    away (`their`/`there`-like, `hath`/`had`), or sharing its first or last four letters with a
-    length within two (`nation`/`nations`, `gathered`/`scattered` are not; `rejoice`/`rejoiced`
-    are); a word with no confusable gets a deletion instead,
+    away (`hath`/`hast`, `the`/`thee`), two edits away with the same first three letters and a
+    length within one (`their`/`there`), or sharing its first or last four letters with a length
+    within two (`rejoice`/`rejoiced`, `nation`/`nations`); a word with no confusable gets a
+    deletion instead,
   - deletion (15%) of a word (never the last one left),
   - insertion (15%) of one of the 30 most frequent training words at a random position.
 * **Acoustic score** (natural-log-like, "acoustic" in `scores`): `-A * e + N(0, SIGMA^2)` with
@@ -69,7 +70,9 @@ class Confusions:
         ]
         self._by_prefix: dict[str, list[str]] = {}
         self._by_suffix: dict[str, list[str]] = {}
+        self._by_start: dict[str, list[str]] = {}
         for word in sorted(self.vocab):
+            self._by_start.setdefault(word[:3], []).append(word)
             if len(word) >= 4:
                 self._by_prefix.setdefault(word[:4], []).append(word)
                 self._by_suffix.setdefault(word[-4:], []).append(word)
@@ -85,6 +88,9 @@ class Confusions:
 
     def _confusable(self, word: str) -> tuple[str, ...]:
         found = self._one_edit(word)
+        for w in self._by_start.get(word[:3], []):
+            if abs(len(w) - len(word)) <= 1 and edit_distance(w, word) <= 2:
+                found.add(w)
         if len(word) >= 4:
             for w in self._by_prefix.get(word[:4], []) + self._by_suffix.get(word[-4:], []):
                 if abs(len(w) - len(word)) <= 2:

@@ -372,6 +372,8 @@ class NBestHypothesis:
         scores: Mapping[str, float] | None = None,
     ) -> None:
         # Frozen and slotted: set through object.__setattr__, normalizing as we go.
+        if isinstance(tokens, str | Mapping):
+            raise TypeError("tokens must be a sequence of strings (scores go in scores=)")
         object.__setattr__(self, "text", text)
         object.__setattr__(self, "tokens", None if tokens is None else tuple(tokens))
         object.__setattr__(self, "scores", MappingProxyType(dict(scores or {})))
