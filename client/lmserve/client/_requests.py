@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-from lmserve.client.types import GeneratedToken, GenerationFinished
+from lmserve.client.types import (
+    GeneratedToken,
+    GenerationFinished,
+    NBestInputError,
+    NBestList,
+    as_nbest_list,
+    finite_number,
+    finite_scores,
+)
 from lmserve.v1 import lm_service_pb2 as pb
 
 # Texts as strings, or texts already cut into tokens.
@@ -188,3 +197,59 @@ def generation_events(resp: pb.GenerateResponse) -> list[GeneratedToken | Genera
     if resp.HasField("finished"):
         events.append(GenerationFinished.from_proto(resp.finished))
     return events
+
+
+# -- reranking --------------------------------------------------------------------------------
+
+LENGTH_UNITS = {
+    "words": pb.LENGTH_UNIT_WORDS,
+    "tokens": pb.LENGTH_UNIT_TOKENS,
+    "characters": pb.LENGTH_UNIT_CHARACTERS,
+}
+NBestLists = Sequence[NBestList | Mapping[str, Any]]
+
+
+def _hypothesis(h: Any) -> pb.Hypothesis:
+    """An empty text goes as an empty token list: proto3 cannot tell `text=""` from no text,
+    and the server refuses a hypothesis with neither (an all-deleted hypothesis is legal)."""
+    if h.tokens is not None:
+        return pb.Hypothesis(tokens=pb.TokenList(tokens=h.tokens), scores=h.scores)
+    if h.text == "":
+        return pb.Hypothesis(tokens=pb.TokenList(), scores=h.scores)
+    return pb.Hypothesis(text=h.text, scores=h.scores)
+
+
+def rerank_request(
+    model: str,
+    lists: NBestLists,
+    *,
+    score_weights: Mapping[str, float] | None = None,
+    lm_weight: float = 1.0,
+    length_bonus: float = 0.0,
+    length_unit: str = "words",
+    bos: bool = True,
+    eos: bool = True,
+) -> pb.RerankRequest:
+    """A RerankRequest from NBestLists or JSON-lines dicts. What the wire cannot express or the
+    server would refuse anyway (text and tokens both or neither, non-numbers, NaN or infinite
+    scores and weights, an unknown length unit) raises NBestInputError naming the field as the
+    server names it; limits (empty lists, too many hypotheses) are the server's to enforce."""
+    if isinstance(lists, str | bytes | Mapping) or not isinstance(lists, Sequence | Iterable):
+        raise NBestInputError("lists", "pass a sequence of n-best lists")
+    unit = LENGTH_UNITS.get(length_unit)
+    if unit is None:
+        raise NBestInputError("length_unit", f"must be one of {sorted(LENGTH_UNITS)}")
+    weights = finite_scores(score_weights or {}, "score_weights")
+    checked = [as_nbest_list(item, f"lists[{i}]") for i, item in enumerate(lists)]
+    return pb.RerankRequest(
+        model=model,
+        lists=[
+            pb.NBestList(id=nbest.id, hypotheses=[_hypothesis(h) for h in nbest.hypotheses])
+            for nbest in checked
+        ],
+        score_weights=weights,
+        lm_weight=finite_number(lm_weight, "lm_weight"),
+        length_bonus=finite_number(length_bonus, "length_bonus"),
+        length_unit=unit,
+        options=options(bos, eos),
+    )

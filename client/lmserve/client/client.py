@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -24,7 +31,9 @@ from lmserve.client.types import (
     GenerationEvent,
     HealthStatus,
     ModelInfo,
+    NBestInputError,
     PerplexityStats,
+    RerankedLists,
     TextScore,
 )
 from lmserve.v1 import lm_service_pb2 as pb
@@ -43,6 +52,25 @@ SERVICE_NAME = "lmserve.v1.LanguageModelService"
 def health_service(model: str | None) -> str:
     """The health-service name to check: "" for the whole server, else the model's entry."""
     return f"{SERVICE_NAME}/{model}" if model else ""
+
+
+class _RerankOptions:
+    """The weights and options of a rerank call, shared by its requests (one per batch)."""
+
+    def __init__(self, model: str, **options: Any) -> None:
+        self.model = model
+        self.options = options
+
+    def request(self, lists: req.NBestLists) -> pb.RerankRequest:
+        return req.rerank_request(self.model, lists, **self.options)
+
+    def stream_request(self, index: int, lists: req.NBestLists) -> pb.RerankRequest:
+        """A batch's request; a bad batch's error names it as the server would:
+        `requests[2].lists[0].hypotheses[1]: ...`."""
+        try:
+            return self.request(lists)
+        except NBestInputError as exc:
+            raise NBestInputError(f"requests[{index}].{exc.field}", exc.problem) from None
 
 
 def _health_from_model(info: ModelInfo) -> HealthStatus:
@@ -324,6 +352,77 @@ class LmServeClient:
             resp = self._stub.BeamSearch(request, timeout=self._t(timeout))
         return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
 
+    # -- reranking ------------------------------------------------------------------------------
+    def rerank(
+        self,
+        model: str,
+        lists: req.NBestLists,
+        *,
+        score_weights: Mapping[str, float] | None = None,
+        lm_weight: float = 1.0,
+        length_bonus: float = 0.0,
+        length_unit: str = "words",
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> RerankedLists:
+        """Reranks n-best lists (NBestList or `{"id", "hypotheses": [{"text", "scores"}]}`
+        dicts): one RerankedList per list, in order, hypotheses best first by
+        `sum_k score_weights.get(k, 1) * scores[k] + lm_weight * lm_log_prob
+        + length_bonus * length`, `length` in `length_unit` (`words`, `tokens`, `characters`).
+        The result also carries `request_tokens` and `computed_tokens`. Malformed lists raise
+        NBestInputError before any call; the server's refusals raise the client's errors."""
+        opts = _RerankOptions(
+            model,
+            score_weights=score_weights,
+            lm_weight=lm_weight,
+            length_bonus=length_bonus,
+            length_unit=length_unit,
+            bos=bos,
+            eos=eos,
+        )
+        request = opts.request(lists)
+        with _rpc_errors():
+            resp = self._stub.Rerank(request, timeout=self._t(timeout))
+        return RerankedLists.from_proto(resp)
+
+    def rerank_stream(
+        self,
+        model: str,
+        batches: Iterable[req.NBestLists],
+        *,
+        score_weights: Mapping[str, float] | None = None,
+        lm_weight: float = 1.0,
+        length_bonus: float = 0.0,
+        length_unit: str = "words",
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> Iterator[RerankedLists]:
+        """`rerank` for many batches of lists on one RerankStream call, as `score_stream` does
+        for Score: batches are sent as they are drawn while earlier answers come back, and each
+        batch's answer is yielded in order. A bad batch raises its error, named
+        `requests[i]....`, after the answers before it."""
+        opts = _RerankOptions(
+            model,
+            score_weights=score_weights,
+            lm_weight=lm_weight,
+            length_bonus=length_bonus,
+            length_unit=length_unit,
+            bos=bos,
+            eos=eos,
+        )
+        requests = _CapturingIterator(
+            opts.stream_request(i, batch) for i, batch in enumerate(batches)
+        )
+        call = self._stub.RerankStream(requests, timeout=self._t(timeout))
+        try:
+            with requests.errors():
+                for resp in call:
+                    yield RerankedLists.from_proto(resp)
+        finally:
+            call.cancel()
+
     # -- health ---------------------------------------------------------------------------------
     def health(self, model: str | None = None, *, timeout: float | None = None) -> HealthStatus:
         """The standard gRPC health check of the server ("" service) or of one model
@@ -349,7 +448,7 @@ class LmServeClient:
         return self._stub
 
 
-async def _aiter(batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs]) -> AsyncIterator[Any]:
+async def _aiter(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
     if isinstance(batches, AsyncIterable):
         async for batch in batches:
             yield batch
@@ -361,9 +460,7 @@ async def _aiter(batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs]) -> A
 class _AsyncRequests(_RequestError, Generic[R]):
     """Requests built from sync or async batches, keeping the exception that stopped them."""
 
-    def __init__(
-        self, batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs], build: Any
-    ) -> None:
+    def __init__(self, batches: Iterable[Any] | AsyncIterable[Any], build: Any) -> None:
         self._batches = batches
         self._build = build
 
@@ -536,6 +633,69 @@ class AsyncLmServeClient:
         with _rpc_errors():
             resp = await self._stub.BeamSearch(request, timeout=self._t(timeout))
         return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
+
+    async def rerank(
+        self,
+        model: str,
+        lists: req.NBestLists,
+        *,
+        score_weights: Mapping[str, float] | None = None,
+        lm_weight: float = 1.0,
+        length_bonus: float = 0.0,
+        length_unit: str = "words",
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> RerankedLists:
+        """As `LmServeClient.rerank`."""
+        opts = _RerankOptions(
+            model,
+            score_weights=score_weights,
+            lm_weight=lm_weight,
+            length_bonus=length_bonus,
+            length_unit=length_unit,
+            bos=bos,
+            eos=eos,
+        )
+        request = opts.request(lists)
+        with _rpc_errors():
+            resp = await self._stub.Rerank(request, timeout=self._t(timeout))
+        return RerankedLists.from_proto(resp)
+
+    async def rerank_stream(
+        self,
+        model: str,
+        batches: Iterable[req.NBestLists] | AsyncIterable[req.NBestLists],
+        *,
+        score_weights: Mapping[str, float] | None = None,
+        lm_weight: float = 1.0,
+        length_bonus: float = 0.0,
+        length_unit: str = "words",
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> AsyncIterator[RerankedLists]:
+        """As `LmServeClient.rerank_stream`, from sync or async batches."""
+        opts = _RerankOptions(
+            model,
+            score_weights=score_weights,
+            lm_weight=lm_weight,
+            length_bonus=length_bonus,
+            length_unit=length_unit,
+            bos=bos,
+            eos=eos,
+        )
+        counter = iter(range(1 << 62))
+        requests: _AsyncRequests[pb.RerankRequest] = _AsyncRequests(
+            batches, lambda batch: opts.stream_request(next(counter), batch)
+        )
+        call = self._stub.RerankStream(requests.__aiter__(), timeout=self._t(timeout))
+        try:
+            with requests.errors():
+                async for resp in call:
+                    yield RerankedLists.from_proto(resp)
+        finally:
+            call.cancel()
 
     async def health(
         self, model: str | None = None, *, timeout: float | None = None

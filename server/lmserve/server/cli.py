@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "ppl": "lmserve.client.commands.ppl",
     "generate": "lmserve.client.commands.generate",
     "health": "lmserve.client.commands.health",
+    "rerank": "lmserve.client.commands.rerank",
+    "rerank-tune": "lmserve.client.commands.rerank_tune",
 }
 
 
