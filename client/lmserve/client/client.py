@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lmserve.client import _requests as req
 from lmserve.client import _wire
+from lmserve.client.complete import AsyncCompletionSession, CompletionSession
 from lmserve.client.errors import LmServeClientError, ModelNotFoundError, from_rpc_error
 from lmserve.client.types import (
     BeamHypothesis,
@@ -324,6 +325,15 @@ class LmServeClient:
             resp = self._stub.BeamSearch(request, timeout=self._t(timeout))
         return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
 
+    # -- autocomplete ---------------------------------------------------------------------------
+    def complete(
+        self, model: str, *, k: int = 3, session_id: str | None = None
+    ) -> CompletionSession:
+        """An autocomplete session on one Complete stream: `type`, `backspace`, `accept`...
+        each answer the `k` most probable next words. `session_id` continues a session the
+        server holds. Use it as a context manager (or `close()` it)."""
+        return CompletionSession(self._stub.Complete, model, k=k, session_id=session_id)
+
     # -- health ---------------------------------------------------------------------------------
     def health(self, model: str | None = None, *, timeout: float | None = None) -> HealthStatus:
         """The standard gRPC health check of the server ("" service) or of one model
@@ -536,6 +546,12 @@ class AsyncLmServeClient:
         with _rpc_errors():
             resp = await self._stub.BeamSearch(request, timeout=self._t(timeout))
         return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
+
+    def complete(
+        self, model: str, *, k: int = 3, session_id: str | None = None
+    ) -> AsyncCompletionSession:
+        """As `LmServeClient.complete`: `async with client.complete(model) as session`."""
+        return AsyncCompletionSession(self._stub.Complete, model, k=k, session_id=session_id)
 
     async def health(
         self, model: str | None = None, *, timeout: float | None = None

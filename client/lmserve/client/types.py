@@ -316,3 +316,15 @@ class BeamHypothesis:
             msg.score,
             _finish_name(msg.finish_reason),
         )
+
+
+# -- autocomplete -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One suggested next word: the whole word (the typed part included) and
+    log P(word | context) in nats."""
+
+    word: str
+    log_prob: float
