@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
+import sys
 from collections.abc import Iterator
 
 import grpc
@@ -187,3 +189,64 @@ def test_the_async_session_answers_as_the_sync_one(served: tuple[TableServer, in
         expected(["and", "god"], "", 2),
         expected([], "", 2),
     ]
+
+
+def test_the_type_mode_prints_each_keystrokes_suggestions(
+    served: tuple[TableServer, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lmserve.server.cli import main
+
+    _, port = served
+    argv = ["complete", "--model", "table", "--k", "2", "--target", f"127.0.0.1:{port}"]
+    assert main([*argv, "--type", "and gx\bo"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["typed"] for r in records] == [
+        "a",
+        "an",
+        "and",
+        "and ",
+        "and g",
+        "and gx",
+        "and g",
+        "and go",
+    ]
+    assert records[-1]["context"] == ["and"] and records[-1]["partial"] == "go"
+    assert [(c["word"], c["log_prob"]) for c in records[-1]["completions"]] == [
+        (c.word, c.log_prob) for c in expected(["and"], "go", 2)
+    ]
+    assert records[-1]["completions"][0]["prob"] == pytest.approx(
+        math.exp(records[-1]["completions"][0]["log_prob"])
+    )
+
+
+def test_the_interactive_mode_says_what_is_missing_without_prompt_toolkit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lmserve.server.cli import main
+
+    monkeypatch.setitem(sys.modules, "prompt_toolkit", None)  # as if not installed
+    assert main(["complete", "--model", "table", "--target", "127.0.0.1:1"]) == 1
+    assert "pip install 'lmserve[demo]'" in capsys.readouterr().err
+
+
+def test_the_interactive_screen_follows_edits_and_tab_accepts_the_best(
+    served: tuple[TableServer, int],
+) -> None:
+    from prompt_toolkit.buffer import Buffer
+
+    from lmserve.client.commands.complete_app import _Screen
+
+    _, port = served
+    with LmServeClient(f"127.0.0.1:{port}") as client, client.complete("table") as s:
+        screen = _Screen(s, "table")
+        buffer = Buffer(multiline=False, on_text_changed=lambda b: screen.follow(b.text))
+        buffer.insert_text("and th")
+        assert screen.found == expected(["and"], "th", 3)
+        buffer.delete_before_cursor(4)  # "an": the space and the committed word come back
+        assert screen.found == expected([], "an", 3) and s.context == ()
+        buffer.insert_text("d g")
+        best = screen.found[0].word
+        screen.accept_best(buffer)
+        assert buffer.text == f"and {best} " and s.context == ("and", best)
+        assert screen.found == expected(["and", best], "", 3)
+        assert all(c.word in screen.render() for c in screen.found)
