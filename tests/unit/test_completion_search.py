@@ -164,3 +164,22 @@ def test_specials_are_never_part_of_a_word() -> None:
     assert not pieces.usable[[vocab.unk_id, vocab.bos_id, vocab.eos_id]].any()
     assert pieces.texts[vocab.index["ab</w>"]] == "ab" and pieces.ends_word[vocab.index["ab</w>"]]
     assert not pieces.ends_word[vocab.index["ab"]]
+
+
+def test_piece_vocabularies_read_the_codecs_word_ends() -> None:
+    from lmserve.server.text.bpe import BpeCodec
+    from lmserve.server.text.char import CharCodec
+
+    lines = ["in the beginning god created the heaven and the earth"] * 5
+    bpe = BpeCodec.train(lines, vocab_size=40)
+    chars = CharCodec.train(lines)
+    for codec, pieces in [
+        (bpe, PieceVocabulary.for_bpe(bpe.vocab)),
+        (chars, PieceVocabulary.for_characters(chars.vocab)),
+    ]:
+        for word in ["beginning", "heaven", "the", "created"]:
+            ids = codec.encode_texts([f"{word} and"]).ids.tolist()
+            # The word's pieces up to the first word end spell it; only the last ends it.
+            end = next(j for j, i in enumerate(ids) if pieces.ends_word[i])
+            assert "".join(pieces.texts[i] for i in ids[: end + 1]) == word
+            assert all(pieces.usable[i] for i in ids)
