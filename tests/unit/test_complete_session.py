@@ -250,3 +250,24 @@ def test_the_interactive_screen_follows_edits_and_tab_accepts_the_best(
         assert buffer.text == f"and {best} " and s.context == ("and", best)
         assert screen.found == expected(["and", best], "", 3)
         assert all(c.word in screen.render() for c in screen.found)
+
+
+def test_the_async_session_resumes_on_a_replaced_server_too() -> None:
+    first = TableServer()
+    server, port = start(first)
+    second = TableServer()
+
+    async def main() -> list[Completion]:
+        nonlocal server
+        async with AsyncLmServeClient(f"127.0.0.1:{port}") as client:
+            async with client.complete("table") as s:
+                await s.type("and god sa")
+                server.stop(0).wait()
+                server, _ = start(second, port)
+                return await s.type("i")
+
+    try:
+        assert asyncio.run(main()) == expected(["and", "god"], "sai", 3)
+        assert second.rebuilt == 1
+    finally:
+        server.stop(0)

@@ -14,6 +14,7 @@ another replica) rebuilds the session and the caller sees an ordinary answer.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import re
 from collections.abc import Callable, Iterator
@@ -274,7 +275,12 @@ class AsyncCompletionSession:
             request = self._keys.opening(edit)
         else:
             request = edit.request
-        await self._call.write(request)
+        try:
+            await self._call.write(request)
+        except (grpc.RpcError, asyncio.InvalidStateError) as exc:
+            # Answers (and the server's verdicts) come on read: a write fails when the call or
+            # its connection is already gone (grpc.aio says INTERNAL when the server left).
+            raise StreamEnded(f"the Complete stream broke: {exc}") from None
         while True:
             response = await self._call.read()
             if response is _EOF:
