@@ -21,7 +21,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from common import DEFAULT_MODELS, REPO_ROOT, emit, log, percentile, quick, read_lines, record
+from common import (
+    DEFAULT_MODELS,
+    REPO_ROOT,
+    emit,
+    log,
+    percentile,
+    quick,
+    read_lines,
+    record,
+    timed,
+)
 from server_process import ServerProcess
 
 TEST_SENTENCES = REPO_ROOT / "export" / "lmserve" / "export" / "corpora" / "kjv" / "test.txt"
@@ -121,6 +131,47 @@ def latency(target: str, lines: list[str], sessions: int, keys: int, runs: int) 
         )
 
 
+def primitives(runs: int) -> None:
+    """The server's per-keystroke search on the kjv-lstm vocabulary (12,352 words), in-process:
+    a prefix lookup, and top-3 over the prefix's words of a full distribution."""
+    import numpy as np
+
+    from lmserve.server.decoding.completion import top_k_words
+    from lmserve.server.text.prefix_index import WordPrefixIndex
+    from lmserve.server.text.vocab import Vocabulary
+
+    words = (DEFAULT_MODELS / "kjv-lstm" / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    vocab = Vocabulary.from_words([w for w in words if w])
+    index = WordPrefixIndex.from_vocab(vocab)
+    log_probs = np.log(np.random.default_rng(0).dirichlet(np.ones(len(vocab)))).astype(np.float32)
+    prefixes = ["", "t", "th", "lo", "beg", "righteous"]
+    calls = 2000
+
+    def lookups() -> None:
+        for _ in range(calls // len(prefixes)):
+            for p in prefixes:
+                index.ids_with_prefix(p)
+
+    lookup_s = [timed(lookups) for _ in range(runs)]
+    emit(record("complete_prefix_lookup_us", "us", [s / calls * 1e6 for s in lookup_s]))
+    for prefix in ("", "t", "th"):
+        ids = index.ids_with_prefix(prefix)
+
+        def top(ids: Any = ids) -> None:
+            for _ in range(calls):
+                top_k_words(log_probs, ids, 3)
+
+        top_s = [timed(top) for _ in range(runs)]
+        emit(
+            record(
+                f"complete_top3_prefix_{prefix or 'empty'}_us",
+                "us",
+                [s / calls * 1e6 for s in top_s],
+                candidates=len(ids),
+            )
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sentences", type=int, default=20 if quick() else 100)
@@ -131,6 +182,7 @@ def main() -> int:
     parser.add_argument("--skip-savings", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     args = parser.parse_args()
+    primitives(args.runs)
     from lmserve.client import LmServeClient, LmServeClientError
 
     lines = [line for line in read_lines(TEST_SENTENCES) if line.strip()]
