@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lmserve.client.client import DEFAULT_TARGET, AsyncLmServeClient, LmServeClient
+    from lmserve.client.complete import AsyncCompletionSession, CompletionSession
     from lmserve.client.errors import (
         DeadlineExceededError,
         InvalidArgumentError,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     )
     from lmserve.client.types import (
         BeamHypothesis,
+        Completion,
         GeneratedToken,
         GenerationFinished,
         HealthStatus,
@@ -46,6 +48,8 @@ _WHERE: dict[str, str] = {
     "DEFAULT_TARGET": "client",
     "AsyncLmServeClient": "client",
     "LmServeClient": "client",
+    "AsyncCompletionSession": "complete",
+    "CompletionSession": "complete",
     "DeadlineExceededError": "errors",
     "InvalidArgumentError": "errors",
     "LmServeClientError": "errors",
@@ -53,6 +57,7 @@ _WHERE: dict[str, str] = {
     "ResourceExhaustedError": "errors",
     "UnavailableError": "errors",
     "BeamHypothesis": "types",
+    "Completion": "types",
     "GeneratedToken": "types",
     "GenerationFinished": "types",
     "HealthStatus": "types",
@@ -72,8 +77,11 @@ _WHERE: dict[str, str] = {
 }
 
 __all__ = [
+    "AsyncCompletionSession",
     "AsyncLmServeClient",
     "BeamHypothesis",
+    "Completion",
+    "CompletionSession",
     "DEFAULT_TARGET",
     "DeadlineExceededError",
     "GeneratedToken",

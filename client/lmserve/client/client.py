@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lmserve.client import _requests as req
 from lmserve.client import _wire
+from lmserve.client.complete import AsyncCompletionSession, CompletionSession
 from lmserve.client.errors import LmServeClientError, ModelNotFoundError, from_rpc_error
 from lmserve.client.types import (
     BeamHypothesis,
@@ -422,6 +423,14 @@ class LmServeClient:
                     yield RerankedLists.from_proto(resp)
         finally:
             call.cancel()
+    # -- autocomplete ---------------------------------------------------------------------------
+    def complete(
+        self, model: str, *, k: int = 3, session_id: str | None = None
+    ) -> CompletionSession:
+        """An autocomplete session on one Complete stream: `type`, `backspace`, `accept`...
+        each answer the `k` most probable next words. `session_id` continues a session the
+        server holds. Use it as a context manager (or `close()` it)."""
+        return CompletionSession(self._stub.Complete, model, k=k, session_id=session_id)
 
     # -- health ---------------------------------------------------------------------------------
     def health(self, model: str | None = None, *, timeout: float | None = None) -> HealthStatus:
@@ -696,6 +705,11 @@ class AsyncLmServeClient:
                     yield RerankedLists.from_proto(resp)
         finally:
             call.cancel()
+    def complete(
+        self, model: str, *, k: int = 3, session_id: str | None = None
+    ) -> AsyncCompletionSession:
+        """As `LmServeClient.complete`: `async with client.complete(model) as session`."""
+        return AsyncCompletionSession(self._stub.Complete, model, k=k, session_id=session_id)
 
     async def health(
         self, model: str | None = None, *, timeout: float | None = None

@@ -538,3 +538,13 @@ class RerankedLists(list[RerankedList]):
         lists.request_tokens = msg.request_tokens
         lists.computed_tokens = msg.computed_tokens
         return lists
+# -- autocomplete -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One suggested next word: the whole word (the typed part included) and
+    log P(word | context) in nats."""
+
+    word: str
+    log_prob: float

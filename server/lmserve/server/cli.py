@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "score": "lmserve.client.commands.score",
     "ppl": "lmserve.client.commands.ppl",
     "generate": "lmserve.client.commands.generate",
+    "complete": "lmserve.client.commands.complete",
     "health": "lmserve.client.commands.health",
     "rerank": "lmserve.client.commands.rerank",
     "rerank-tune": "lmserve.client.commands.rerank_tune",

@@ -1,0 +1,206 @@
+"""Autocomplete through a real server (own process): keystroke savings and keystroke latency.
+
+    python bench/bench_complete.py [--sentences 100] [--sessions 32] [--keys 40] [--runs 3]
+
+(a) Savings: held-out KJV test sentences typed letter by letter with k=3 suggestions, a word
+    taken with one tap as soon as it is offered (its space free): 1 - keys / characters
+    (spaces included), for kjv-lstm, kjv-5gram and kjv-lstm-5gram on the same sentences
+    (`lmserve.client.savings`). One round trip per simulated keystroke, as a user's.
+(b) Latency: `--sessions` sessions typing at once (asyncio, one AsyncCompletionSession each,
+    `--keys` keystrokes each, test sentences letter by letter) on kjv-lstm and on kjv-5gram;
+    per-keystroke round trip p50 and p99 per run, medians of `--runs` runs. Targets: neural
+    p99 <= 10 ms, n-gram p99 <= 3 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from common import (
+    DEFAULT_MODELS,
+    REPO_ROOT,
+    emit,
+    log,
+    percentile,
+    quick,
+    read_lines,
+    record,
+    timed,
+)
+from server_process import ServerProcess
+
+TEST_SENTENCES = REPO_ROOT / "export" / "lmserve" / "export" / "corpora" / "kjv" / "test.txt"
+SAVINGS_MODELS = ("kjv-lstm", "kjv-5gram", "kjv-lstm-5gram")
+LATENCY_MODELS = {"kjv-lstm": 10.0, "kjv-5gram": 3.0}  # model -> p99 target in ms
+
+
+class SessionSuggest:
+    """`keystroke_savings`'s suggest function on one CompletionSession: each call is one
+    keystroke's message (a new sentence resets, a finished word is accepted, a letter typed
+    refines the partial word)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.context: list[str] = []
+        self.answer: list[str] | None = None
+
+    def __call__(self, context: Sequence[str], partial: str, k: int) -> list[str]:
+        context = list(context)
+        if context != self.context:
+            if context[:-1] == self.context:
+                found = self.session.accept(context[-1])
+            else:
+                found = self.session.reset()
+                for word in context:
+                    found = self.session.accept(word)
+            self.context = context
+            if not partial:
+                return [c.word for c in found]
+        return [c.word for c in self.session.suggest(partial, k)]
+
+
+def savings(target: str, sentences: list[str], k: int) -> None:
+    from lmserve.client import LmServeClient
+    from lmserve.client.savings import keystroke_savings
+
+    with LmServeClient(target) as client:
+        for model in SAVINGS_MODELS:
+            with client.complete(model, k=k) as session:
+                started = time.perf_counter()
+                got = keystroke_savings(sentences, SessionSuggest(session), k)
+                seconds = time.perf_counter() - started
+            emit(
+                record(
+                    f"complete_keystroke_savings_{model}_k{k}",
+                    "fraction",
+                    [got.savings],
+                    model=model,
+                    sentences=len(sentences),
+                    characters=got.characters,
+                    keys=got.keys,
+                    words=got.words,
+                    accepted_words=got.accepted,
+                    seconds=round(seconds, 3),
+                )
+            )
+
+
+async def _typist(client: Any, model: str, text: str, keys: int, out: list[float]) -> None:
+    async with client.complete(model, k=3) as session:
+        await session.reset()  # opens the stream: not a keystroke
+        for ch in text[:keys]:
+            started = time.perf_counter()
+            await session.type(ch)
+            out.append(time.perf_counter() - started)
+
+
+async def _latency_run(target: str, model: str, texts: list[str], keys: int) -> list[float]:
+    from lmserve.client import AsyncLmServeClient
+
+    out: list[float] = []
+    async with AsyncLmServeClient(target) as client:
+        await asyncio.gather(*(_typist(client, model, t, keys, out) for t in texts))
+    return out
+
+
+def latency(target: str, lines: list[str], sessions: int, keys: int, runs: int) -> None:
+    long_enough = [line for line in lines if len(line) >= keys]
+    for model, target_ms in LATENCY_MODELS.items():
+        p50s, p99s = [], []
+        for run in range(runs + 1):  # the first is a warm-up
+            texts = long_enough[run * sessions : (run + 1) * sessions]
+            rtts = asyncio.run(_latency_run(target, model, texts, keys))
+            if run:
+                p50s.append(percentile(rtts, 50) * 1e3)
+                p99s.append(percentile(rtts, 99) * 1e3)
+        extra = {"model": model, "sessions": sessions, "keys_per_session": keys}
+        emit(record(f"complete_{sessions}sessions_{model}_p50_ms", "ms", p50s, **extra))
+        emit(
+            record(
+                f"complete_{sessions}sessions_{model}_p99_ms",
+                "ms",
+                p99s,
+                target_ms=target_ms,
+                **extra,
+            )
+        )
+
+
+def primitives(runs: int) -> None:
+    """The server's per-keystroke search on the kjv-lstm vocabulary (12,352 words), in-process:
+    a prefix lookup, and top-3 over the prefix's words of a full distribution."""
+    import numpy as np
+
+    from lmserve.server.decoding.completion import top_k_words
+    from lmserve.server.text.prefix_index import WordPrefixIndex
+    from lmserve.server.text.vocab import Vocabulary
+
+    words = (DEFAULT_MODELS / "kjv-lstm" / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    vocab = Vocabulary.from_words([w for w in words if w])
+    index = WordPrefixIndex.from_vocab(vocab)
+    log_probs = np.log(np.random.default_rng(0).dirichlet(np.ones(len(vocab)))).astype(np.float32)
+    prefixes = ["", "t", "th", "lo", "beg", "righteous"]
+    calls = 2000
+
+    def lookups() -> None:
+        for _ in range(calls // len(prefixes)):
+            for p in prefixes:
+                index.ids_with_prefix(p)
+
+    lookup_s = [timed(lookups) for _ in range(runs)]
+    emit(record("complete_prefix_lookup_us", "us", [s / calls * 1e6 for s in lookup_s]))
+    for prefix in ("", "t", "th"):
+        ids = index.ids_with_prefix(prefix)
+
+        def top(ids: Any = ids) -> None:
+            for _ in range(calls):
+                top_k_words(log_probs, ids, 3)
+
+        top_s = [timed(top) for _ in range(runs)]
+        emit(
+            record(
+                f"complete_top3_prefix_{prefix or 'empty'}_us",
+                "us",
+                [s / calls * 1e6 for s in top_s],
+                candidates=len(ids),
+            )
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sentences", type=int, default=20 if quick() else 100)
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--keys", type=int, default=20 if quick() else 40)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-savings", action="store_true")
+    parser.add_argument("--skip-latency", action="store_true")
+    args = parser.parse_args()
+    primitives(args.runs)
+    from lmserve.client import LmServeClient, LmServeClientError
+
+    lines = [line for line in read_lines(TEST_SENTENCES) if line.strip()]
+    with ServerProcess(DEFAULT_MODELS) as server:
+        try:
+            with LmServeClient(server.target) as client, client.complete("kjv-5gram") as s:
+                s.suggest("")
+        except LmServeClientError as exc:
+            log(f"bench_complete: the server cannot complete yet: {exc}")
+            return 1
+        if not args.skip_savings:
+            log(f"keystroke savings over {args.sentences} test sentences, k={args.k}")
+            savings(server.target, lines[: args.sentences], args.k)
+        if not args.skip_latency:
+            log(f"latency: {args.sessions} sessions x {args.keys} keys, {args.runs} runs")
+            latency(server.target, lines, args.sessions, args.keys, args.runs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""`lmserve complete`: type and watch a model's next-word suggestions follow each keystroke.
+
+Interactive (needs prompt-toolkit, `pip install 'lmserve[demo]'`): the suggestions and their
+probabilities are shown under the input line as you type; Tab accepts the best one, Enter
+starts a new sentence, Ctrl-D or Ctrl-C quits. With `--type TEXT` it runs without a terminal:
+the text is typed one character at a time (a backspace character deletes one) and each
+keystroke's suggestions are printed as a JSON line, for scripts and tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import TYPE_CHECKING, Any
+
+from lmserve.client.commands._common import (
+    add_connection_arguments,
+    fail,
+    positive_int,
+    with_client,
+)
+
+if TYPE_CHECKING:
+    from lmserve.client import Completion, CompletionSession, LmServeClient
+
+HELP = "Autocomplete as you type: live next-word suggestions from a model (or --type TEXT)."
+BACKSPACE = "\b"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="the model's name")
+    parser.add_argument("--k", type=positive_int, default=3, help="suggestions shown (3)")
+    parser.add_argument(
+        "--type",
+        dest="typed",
+        metavar="TEXT",
+        help="type TEXT key by key (\\b deletes) and print each keystroke's suggestions as JSON",
+    )
+    add_connection_arguments(parser)
+
+
+def _completions(found: list[Completion]) -> list[dict[str, Any]]:
+    return [{"word": c.word, "log_prob": c.log_prob, "prob": math.exp(c.log_prob)} for c in found]
+
+
+def type_keys(session: CompletionSession, text: str) -> list[dict[str, Any]]:
+    """Types `text` one key at a time; one record per keystroke (what `--type` prints)."""
+    records = []
+    typed = ""
+    for key in text:
+        if key == BACKSPACE:
+            found = session.backspace()
+            typed = typed[:-1]
+        else:
+            found = session.type(key)
+            typed += key
+        records.append(
+            {
+                "key": key,
+                "typed": typed,
+                "context": list(session.context),
+                "partial": session.partial,
+                "completions": _completions(found),
+            }
+        )
+    return records
+
+
+def _script(client: LmServeClient, args: argparse.Namespace) -> int:
+    with client.complete(args.model, k=args.k) as session:
+        for record in type_keys(session, args.typed):
+            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.flush()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.typed is None:
+        try:
+            import prompt_toolkit  # noqa: F401
+        except ImportError:
+            return fail(
+                "complete",
+                "the interactive demo needs prompt-toolkit: pip install 'lmserve[demo]' "
+                "(or run it with --type TEXT)",
+            )
+        from lmserve.client.commands.complete_app import interactive
+
+        return with_client("complete", args, lambda client: interactive(client, args))
+    return with_client("complete", args, lambda client: _script(client, args))
