@@ -10,6 +10,7 @@ model), then each list is combined and ranked (`decoding.rerank`).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,18 +36,27 @@ _UNITS = {
 
 @dataclass(frozen=True)
 class _Hypotheses:
-    """Every hypothesis of a request, flattened in list order."""
+    """Every hypothesis of a request, flattened in list order: each a text or a token list."""
 
-    texts: list[str] | None
-    token_lists: list[list[str]] | None
+    items: list[str | list[str]]
     scores: list[Mapping[str, float]]
     list_bounds: list[int]  # list i holds hypotheses list_bounds[i]:list_bounds[i + 1]
 
     def plain_text(self, i: int) -> str:
-        if self.texts is not None:
-            return self.texts[i]
-        assert self.token_lists is not None
-        return " ".join(self.token_lists[i])
+        item = self.items[i]
+        return item if isinstance(item, str) else " ".join(item)
+
+    def groups(self) -> list[tuple[list[int], TextInput]]:
+        """The hypotheses given as text and those given as tokens, each group scored alike."""
+        texts = [i for i, item in enumerate(self.items) if isinstance(item, str)]
+        tokens = [i for i, item in enumerate(self.items) if not isinstance(item, str)]
+        out: list[tuple[list[int], TextInput]] = []
+        if texts:
+            out.append((texts, TextInput(texts=[str(self.items[i]) for i in texts])))
+        if tokens:
+            lists = [list(self.items[i]) for i in tokens]
+            out.append((tokens, TextInput(token_lists=lists)))
+        return out
 
 
 def _finite(value: float, field: str) -> float:
@@ -58,7 +68,7 @@ def _finite(value: float, field: str) -> float:
 def rerank_weights(request: pb.RerankRequest) -> RerankWeights:
     """The combination's weights and length unit, checked."""
     weights = {
-        name: _finite(value, f"score_weights[{name!r}]")
+        name: _finite(value, f"score_weights[{json.dumps(name)}]")
         for name, value in request.score_weights.items()
     }
     lm_weight = request.lm_weight if request.HasField("lm_weight") else 1.0
@@ -78,14 +88,13 @@ def rerank_weights(request: pb.RerankRequest) -> RerankWeights:
 
 
 def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses:
-    """The hypotheses of every list, each with exactly one of text and tokens (all lists of a
-    request the same kind), finite scores, and the lists within the limits."""
+    """The hypotheses of every list, each with exactly one of text and tokens, finite scores,
+    and the lists within the limits."""
     if not request.lists:
         raise InvalidArgument("lists", "no n-best lists given")
     if len(request.lists) > limits.max_rerank_lists:
         raise RequestTooLarge("lists", len(request.lists), limits.max_rerank_lists, "lists")
-    texts: list[str] = []
-    token_lists: list[list[str]] = []
+    items: list[str | list[str]] = []
     scores: list[Mapping[str, float]] = []
     bounds = [0]
     for i, nbest in enumerate(request.lists):
@@ -110,14 +119,12 @@ def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses
                 tokens = list(hyp.tokens.tokens)
                 if "" in tokens:
                     raise InvalidArgument(f"{at}.tokens[{tokens.index('')}]", "is an empty token")
-                token_lists.append(tokens)
+                items.append(tokens)
             else:
-                texts.append(hyp.text)
-            if texts and token_lists:
-                raise InvalidArgument(at, "mixes text and tokens; send one kind per request")
+                items.append(hyp.text)
             scores.append(
                 {
-                    name: _finite(value, f"{at}.scores[{name!r}]")
+                    name: _finite(value, f"{at}.scores[{json.dumps(name)}]")
                     for name, value in hyp.scores.items()
                 }
             )
@@ -125,7 +132,7 @@ def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses
     total = len(scores)
     if total > limits.max_texts_per_request:
         raise RequestTooLarge("lists", total, limits.max_texts_per_request, "hypotheses in all")
-    return _Hypotheses(texts or None, token_lists or None, scores, bounds)
+    return _Hypotheses(items, scores, bounds)
 
 
 async def rerank(
@@ -139,25 +146,28 @@ async def rerank(
     weights = rerank_weights(request)
     options = validate_options(request)
     hyps = _hypotheses(request, limits)
-    try:
-        lm = await served.lm_scores(TextInput(hyps.texts, hyps.token_lists), options, deadline)
-    except InvalidArgument as exc:
-        raise _located(exc, hyps) from None
+    total = len(hyps.items)
+    log_probs = np.zeros(total, dtype=np.float64)
+    token_counts = np.zeros(total, dtype=np.int64)
+    oov_counts = np.zeros(total, dtype=np.int64)
+    response = pb.RerankResponse(model=served.name)
+    for positions, group in hyps.groups():
+        try:
+            lm = await served.lm_scores(group, options, deadline)
+        except InvalidArgument as exc:
+            raise _located(exc, hyps, positions) from None
+        log_probs[positions] = lm.log_probs
+        token_counts[positions] = lm.token_counts
+        oov_counts[positions] = lm.oov_counts
+        response.request_tokens += lm.request_tokens
+        response.computed_tokens += lm.computed_tokens
     unit = weights.length_unit
     lengths = np.fromiter(
-        (
-            text_length(hyps.plain_text(i), unit, int(lm.token_counts[i]))
-            for i in range(len(hyps.scores))
-        ),
+        (text_length(hyps.plain_text(i), unit, int(token_counts[i])) for i in range(total)),
         dtype=np.int64,
-        count=len(hyps.scores),
+        count=total,
     )
-    combined = weights.combine(lm.log_probs, hyps.scores, lengths)
-    response = pb.RerankResponse(
-        model=served.name,
-        request_tokens=lm.request_tokens,
-        computed_tokens=lm.computed_tokens,
-    )
+    combined = weights.combine(log_probs, hyps.scores, lengths)
     for i, nbest in enumerate(request.lists):
         lo, hi = hyps.list_bounds[i], hyps.list_bounds[i + 1]
         out = response.lists.add(id=nbest.id)
@@ -166,20 +176,20 @@ async def rerank(
             out.hypotheses.add(
                 index=local,
                 rank=position,
-                lm_log_prob=float(lm.log_probs[k]),
+                lm_log_prob=float(log_probs[k]),
                 combined_score=float(combined[k]),
                 length=int(lengths[k]),
-                oov_count=int(lm.oov_counts[k]),
+                oov_count=int(oov_counts[k]),
             )
     return response
 
 
-def _located(exc: InvalidArgument, hyps: _Hypotheses) -> InvalidArgument:
-    """A scoring error on `texts[k]` (flattened) renamed to its list and hypothesis."""
+def _located(exc: InvalidArgument, hyps: _Hypotheses, positions: list[int]) -> InvalidArgument:
+    """A scoring error on `texts[k]` of a group renamed to its list and hypothesis."""
     field = exc.field
     for prefix in ("texts[", "token_lists["):
         if field.startswith(prefix):
-            k = int(field[len(prefix) : field.index("]")])
+            k = positions[int(field[len(prefix) : field.index("]")])]
             i = int(np.searchsorted(hyps.list_bounds, k, side="right")) - 1
             j = k - hyps.list_bounds[i]
             rest = field[field.index("]") + 1 :]
