@@ -61,6 +61,11 @@ class Settings(BaseSettings):
     max_rerank_hypotheses: int = Field(default=1_000, ge=1)
     # Complete: the most suggestions one keystroke may ask for.
     max_completions: int = Field(default=100, ge=1)
+    # Autocomplete sessions each model keeps (least recently used dropped first), how long an
+    # idle one is kept, and the memory they may take (model states and distributions).
+    complete_max_sessions: int = Field(default=10_000, ge=1)
+    complete_session_idle_seconds: float = Field(default=600.0, gt=0)
+    complete_session_memory_mb: int = Field(default=512, ge=1)
     # Generation: one continuous-batching scheduler per model steps every active sequence.
     # Sequences (streams x samples) stepped together; more wait in the queue.
     max_active_sequences: int = Field(default=256, ge=1)

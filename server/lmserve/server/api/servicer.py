@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from grpc import aio
 
 from lmserve.server.api import convert, generation
+from lmserve.server.api.complete import complete_stream
 from lmserve.server.api.interceptors import note_model
 from lmserve.server.api.pipelining import pipelined
 from lmserve.server.api.rerank import rerank
@@ -30,7 +31,6 @@ from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.errors import (
     DeadlineExceeded,
     InvalidArgument,
-    Unimplemented,
 )
 from lmserve.server.metrics import Metrics
 from lmserve.v1 import lm_service_pb2 as pb
@@ -180,8 +180,11 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
 
     async def Complete(
         self, request_iterator: AsyncIterator[pb.CompleteRequest], context: aio.ServicerContext
-    ) -> None:
-        raise Unimplemented("Complete is not implemented yet on this server")
+    ) -> AsyncIterator[pb.CompleteResponse]:
+        async for response in complete_stream(
+            self._models, self._limits.requests, request_iterator
+        ):
+            yield response
 
     # -- helpers ---------------------------------------------------------------------------
 

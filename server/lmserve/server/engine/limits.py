@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from lmserve.server.engine.scheduler import GenerationLimits
 from lmserve.server.engine.scoring_queue import ScoringLimits
+from lmserve.server.engine.sessions import SessionLimits
 from lmserve.server.settings import Settings
 
 
@@ -36,6 +37,7 @@ class EngineLimits:
     requests: RequestLimits = field(default_factory=RequestLimits)
     scoring: ScoringLimits = field(default_factory=ScoringLimits)
     generation: GenerationLimits = field(default_factory=GenerationLimits)
+    sessions: SessionLimits = field(default_factory=SessionLimits)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EngineLimits:
@@ -59,5 +61,10 @@ class EngineLimits:
                 max_n=settings.max_n,
                 max_beam_width=settings.max_beam_width,
                 max_top_logprobs=settings.max_top_logprobs,
+            ),
+            sessions=SessionLimits(
+                max_sessions=settings.complete_max_sessions,
+                idle_seconds=settings.complete_session_idle_seconds,
+                max_bytes=settings.complete_session_memory_mb * 1024 * 1024,
             ),
         )

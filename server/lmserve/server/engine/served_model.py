@@ -28,6 +28,7 @@ from lmserve.server.backends.stepping import Stepper, make_stepper
 from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory
 from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.decoding.scoring import PreparedScoring, ScoredTexts, ScoreOptions, Scorer
+from lmserve.server.engine.completion import Completer
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.scheduler import GenerationScheduler
 from lmserve.server.engine.scoring_queue import ScoringQueue
@@ -35,7 +36,7 @@ from lmserve.server.engine.sequence import GenerationRequest, GenerationStream
 from lmserve.server.errors import InvalidArgument, Unimplemented
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry
-from lmserve.server.text.codec import TextCodec
+from lmserve.server.text.codec import TextCodec, WordCodec
 
 # Requests with more characters than this are tokenized off the event loop.
 _INLINE_ENCODE_CHARS = 65_536
@@ -89,6 +90,17 @@ class ServedModel:
         )
         self._scheduler: GenerationScheduler | None = None
         self._lock = threading.Lock()
+        manifest = entry.manifest
+        # Autocomplete: the word prefix index is built here, at load.
+        self.completer = Completer(
+            self.name,
+            self.backend,
+            self.stepper,
+            self.codec,
+            limits.sessions,
+            metrics,
+            lowercase=bool(manifest and manifest.tokenizer.lowercase),
+        )
 
     @property
     def backend(self) -> LanguageModelBackend:
@@ -216,6 +228,30 @@ class ServedModel:
             )
         return [int(i) for i in batch.ids]
 
+    def encode_tokens(self, tokens: Sequence[str], field: str = "tokens") -> list[int]:
+        """Model tokens, taken as they are, as ids (`<unk>` for unknown ones)."""
+        limit = self.limits.requests.max_tokens_per_text
+        if len(tokens) > limit:
+            raise InvalidArgument(
+                field, f"has {len(tokens)} tokens, more than the limit of {limit}"
+            )
+        index, unk = self.vocab.index, self.vocab.unk_id
+        return [index.get(t, unk) for t in tokens]
+
+    def token_names(self, tokens: Sequence[str]) -> list[str]:
+        return list(tokens)
+
+    def token_names_of_text(self, text: str, ids: Sequence[int]) -> list[str]:
+        """The model tokens of `text` as the client keeps them: words as the tokenizer writes
+        them (an unknown word stays itself), pieces as the vocabulary writes them."""
+        codec = self.codec
+        if isinstance(codec, WordCodec):
+            words = codec.split_batch([text])[0]
+            if len(words) == len(ids):
+                return words
+        words_of = self.vocab.words
+        return [words_of[i] for i in ids]
+
     @property
     def scheduler(self) -> GenerationScheduler:
         """The model's continuous-batching scheduler, started on first use."""
@@ -250,6 +286,7 @@ class ServedModel:
     def close(self) -> None:
         """Stops the model's threads; never waits behind model work."""
         self._scoring.close()
+        self.completer.close()
         with self._lock:
             scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:

@@ -1,0 +1,228 @@
+"""Autocomplete for one served model: sessions, their context edits, and the next words.
+
+    completer = Completer(served_name, backend, stepper, codec, limits, metrics)
+    session = completer.session(session_id)               # held, or a new empty one
+    rebuilt = await completer.set_context(session, ids)   # reuse when equal, else rebuild
+    await completer.rollback(session, 2); await completer.append(session, ids)
+    words = await completer.suggest(session, "th", k=3)   # [(word, log P(word | context))]
+
+Costs by construction: a keystroke that only changes the partial word costs no model step
+(the distribution after the context is kept in the session); an appended token costs one
+batched step shared with every session typing at the same time (`SessionSteps`); a backspace
+over a few tokens reuses a kept state; a context the replica does not hold is rebuilt in one
+prefill. n-gram sessions keep no state at all: their distribution is the engine's exact
+(float64) next-token distribution of the last order-1 words, computed in microseconds.
+
+What is exact: for a word-level model every answer is the top k over the whole vocabulary by
+the model's log P(word | context) (never `<s>`, `</s>`, `<unk>`). For a model whose tokens are
+pieces (BPE, characters) a word's probability is the product of its pieces up to its word
+boundary, and the top k come from a best-first search with an expansion budget
+(`decoding.completion.top_k_subword_words`): exact when it finishes within the budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.base import LanguageModelBackend
+from lmserve.server.backends.stepping import Stepper
+from lmserve.server.decoding.completion import top_k_subword_words, top_k_words
+from lmserve.server.engine.session_steps import SessionSteps
+from lmserve.server.engine.sessions import Session, SessionCache, SessionLimits
+from lmserve.server.errors import InvalidArgument
+from lmserve.server.metrics import Metrics
+from lmserve.server.text.codec import TextCodec, WordCodec
+from lmserve.server.text.pieces import PieceVocabulary
+from lmserve.server.text.prefix_index import WordPrefixIndex
+
+# Model calls one subword completion may make (the search's budget).
+SUBWORD_EXPANSIONS = 64
+
+
+class Completer:
+    """One model's autocomplete (see the module doc)."""
+
+    def __init__(
+        self,
+        model: str,
+        backend: LanguageModelBackend,
+        stepper: Stepper,
+        codec: TextCodec,
+        limits: SessionLimits,
+        metrics: Metrics | None = None,
+        *,
+        lowercase: bool = False,
+    ) -> None:
+        self.model = model
+        self.backend = backend
+        self.stepper = stepper
+        self.codec = codec
+        self.limits = limits
+        self.lowercase = lowercase
+        self.cache = SessionCache(model, limits, metrics)
+        vocab = backend.vocab
+        specials = {vocab.bos_id, vocab.eos_id, vocab.unk_id, vocab.pad_id} - {-1}
+        # Word models answer from one distribution; piece models search over pieces.
+        self._words = isinstance(codec, WordCodec)
+        self._index = WordPrefixIndex.from_vocab(vocab, specials) if self._words else None
+        self._pieces = None if self._words else _pieces(codec, vocab)
+        # Neural models keep states and step in batches; n-gram models need neither.
+        self._steps = SessionSteps(model, stepper) if stepper.releases_gil else None
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def new_session_id(self) -> str:
+        return f"{self.model}/{uuid.uuid4().hex}"
+
+    def session(self, session_id: str) -> Session:
+        """The held session, or a new empty one under that id (a miss)."""
+        held = self.cache.get(session_id)
+        return held if held is not None else Session(session_id)
+
+    def store(self, session: Session) -> None:
+        self.cache.put(session)
+
+    # -- context edits -------------------------------------------------------------------------
+
+    async def set_context(self, session: Session, ids: list[int]) -> bool:
+        """Makes the context exactly `ids`; True when that took a rebuild (not held as is)."""
+        if session.log_probs is not None and session.context == ids:
+            return False
+        session.context = list(ids)
+        session.states, session.offset = [], 0
+        await self._refresh(session, rebuild=True)
+        self.cache.record("rebuild")
+        return True
+
+    async def ensure_ready(self, session: Session) -> None:
+        """A new session's distribution after `<s>`."""
+        if session.log_probs is None:
+            await self._refresh(session, rebuild=True)
+
+    async def rollback(self, session: Session, count: int) -> None:
+        """Removes the last `count` tokens (InvalidArgument past the start)."""
+        if count <= 0:
+            return
+        if count > len(session.context):
+            raise InvalidArgument(
+                "rollback_tokens",
+                f"is {count}, but the context holds only {len(session.context)} tokens",
+            )
+        del session.context[len(session.context) - count :]
+        keep = len(session.context) - session.offset
+        del session.states[max(keep, 0) :]
+        await self._refresh(session, rebuild=keep <= 0)
+
+    async def append(self, session: Session, ids: list[int]) -> None:
+        """Adds tokens to the context (one batched step per token on a neural model)."""
+        if not ids:
+            return
+        if self._steps is None:
+            session.context.extend(ids)
+            await self._refresh(session, rebuild=True)
+            return
+        await self.ensure_ready(session)
+        state = session.state_at(len(session.context))
+        if state is None:  # the newest state is always kept; be safe all the same
+            session.context.extend(ids)
+            await self._refresh(session, rebuild=True)
+            return
+        advanced = await self._steps.advance(state, ids)
+        session.context.extend(ids)
+        session.states.extend(advanced.states)
+        session.keep(self.limits.kept_states)
+        session.log_probs = advanced.log_probs
+
+    async def _refresh(self, session: Session, *, rebuild: bool) -> None:
+        """The distribution (and state) after the session's current context."""
+        context = session.context
+        if self._steps is None:  # n-gram: exact float64, the last order-1 words only
+            session.log_probs = self.backend.next_token_log_probs(context)
+            return
+        if rebuild:
+            rebuilt = await self._steps.rebuild(context)
+            session.states, session.offset = rebuilt.states, len(context)
+            session.log_probs = rebuilt.log_probs
+            session.state_bytes = _state_bytes(rebuilt.states[0])
+            return
+        # After a short backspace: the kept state before the last token, stepped once.
+        previous = session.state_at(len(context) - 1) if context else None
+        if previous is None:
+            await self._refresh(session, rebuild=True)
+            return
+        del session.states[len(context) - session.offset :]
+        advanced = await self._steps.advance(previous, [context[-1]])
+        session.states.extend(advanced.states)
+        session.log_probs = advanced.log_probs
+
+    # -- suggestions ---------------------------------------------------------------------------
+
+    def normalise(self, partial: str) -> str:
+        return partial.lower() if self.lowercase else partial
+
+    async def suggest(self, session: Session, partial: str, k: int) -> list[tuple[str, float]]:
+        """The k most probable next words starting with `partial`, best first (nats)."""
+        await self.ensure_ready(session)
+        log_probs = session.log_probs
+        assert log_probs is not None
+        prefix = self.normalise(partial)
+        if self._index is not None:
+            words = self.backend.vocab.words
+            ids = self._index.ids_with_prefix(prefix)
+            return [(words[i], lp) for i, lp in top_k_words(log_probs, ids, k)]
+        return await asyncio.to_thread(self._suggest_pieces, session, log_probs, prefix, k)
+
+    def _suggest_pieces(
+        self, session: Session, log_probs: npt.NDArray[np.floating], prefix: str, k: int
+    ) -> list[tuple[str, float]]:
+        """A piece model's words: the bounded best-first search, each expansion one step."""
+        assert self._pieces is not None
+        stepper = self.stepper
+        base = session.state_at(len(session.context))
+        cache: dict[tuple[int, ...], tuple[npt.NDArray[np.floating], Any]] = {}
+
+        def expand(path: tuple[int, ...]) -> npt.NDArray[np.floating]:
+            if not path:
+                return log_probs
+            parent = path[:-1]
+            if parent and parent not in cache:
+                expand(parent)
+            state = base if not parent else cache[parent][1]
+            if state is None:  # n-gram piece model: the context is the state
+                out = self.backend.next_token_log_probs([*session.context, *path])
+                cache[path] = (out, None)
+                return out
+            out, new_state = stepper.step(np.asarray([path[-1]], dtype=np.int64), state)
+            cache[path] = (np.asarray(out[0]), new_state)
+            return cache[path][0]
+
+        found = top_k_subword_words(
+            expand, prefix, k, pieces=self._pieces, max_expansions=SUBWORD_EXPANSIONS
+        )
+        return found.words
+
+    def close(self) -> None:
+        if self._steps is not None:
+            self._steps.close()
+
+
+def _pieces(codec: TextCodec, vocab: Any) -> PieceVocabulary:
+    from lmserve.server.text.char import CharCodec
+
+    if isinstance(codec, CharCodec):
+        return PieceVocabulary.for_characters(vocab)
+    return PieceVocabulary.for_bpe(vocab)
+
+
+def _state_bytes(state: Any) -> int:
+    """Memory of one session's model state (arrays anywhere inside it)."""
+    if isinstance(state, np.ndarray):
+        return int(state.nbytes)
+    if isinstance(state, tuple | list):
+        return sum(_state_bytes(s) for s in state)
+    return 64
