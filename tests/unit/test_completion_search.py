@@ -41,6 +41,16 @@ def test_top_k_words_over_a_kjv_sized_distribution() -> None:
     assert got == expected[:10]
 
 
+@pytest.mark.parametrize("k", [1, 7, 100, 700, 2999, 3000, 4000])
+def test_top_k_words_settles_ties_by_id_over_many_candidates(k: int) -> None:
+    # Few distinct values over thousands of candidates: the k-th value is tied many times.
+    rng = np.random.default_rng(k)
+    log_probs = rng.integers(-5, 1, 10_000).astype(np.float32)
+    ids = rng.choice(10_000, size=3_000, replace=False)
+    expected = sorted(((int(i), float(log_probs[i])) for i in ids), key=lambda p: (-p[1], p[0]))
+    assert top_k_words(log_probs, ids, k) == expected[:k]
+
+
 def test_top_k_words_rejects_k_below_one() -> None:
     with pytest.raises(ValueError):
         top_k_words(np.zeros(3), [0, 1], 0)

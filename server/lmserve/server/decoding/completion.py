@@ -18,6 +18,9 @@ import numpy.typing as npt
 
 from lmserve.server.text.pieces import PieceVocabulary
 
+# Up to this many candidates one sort of them all beats argpartition and its tie handling.
+_SORT_ALL = 512
+
 Expand = Callable[[tuple[int, ...]], npt.NDArray[np.floating]]
 """`expand(pieces)` -> log P(next token | context + pieces) in nats for every token id [V]."""
 
@@ -27,9 +30,10 @@ def top_k_words(
 ) -> list[tuple[int, float]]:
     """The `k` candidates of highest `log_probs[id]`, best first, ties by lower id.
 
-    One argpartition over the candidates (O(n), not a sort of all of them), then a sort of the
-    k kept; the candidates tied at the k-th value are settled by id, so the answer is the one a
-    full sort by (-log_prob, id) gives. `log_probs` must hold no NaN.
+    One argpartition over the candidates (O(n), not a sort of all of them; a few hundred are
+    simply sorted), then a sort of the k kept; the candidates tied at the k-th value are
+    settled by id, so the answer is the one a full sort by (-log_prob, id) gives. `log_probs`
+    must hold no NaN.
     """
     if k <= 0:
         raise ValueError(f"k must be > 0, got {k}")
@@ -37,7 +41,7 @@ def top_k_words(
     if cand.size == 0:
         return []
     vals = np.asarray(log_probs)[cand]
-    if k < cand.size:
+    if k < cand.size and cand.size > _SORT_ALL:
         part = np.argpartition(vals, cand.size - k)[cand.size - k :]
         threshold = vals[part].min()
         above = np.flatnonzero(vals > threshold)
@@ -48,7 +52,7 @@ def top_k_words(
         pick = np.concatenate([above, tied])
     else:
         pick = np.arange(cand.size)
-    pick = pick[np.lexsort((cand[pick], -vals[pick]))]
+    pick = pick[np.lexsort((cand[pick], -vals[pick]))][:k]
     return [(int(cand[i]), float(vals[i])) for i in pick]
 
 
