@@ -123,14 +123,11 @@ def test_corpus_perplexity_rejects_changes_mid_stream(stub: Stub) -> None:
     )
 
 
-def test_later_rpcs_are_unimplemented(stub: Stub) -> None:
-    unimplemented = grpc.StatusCode.UNIMPLEMENTED
-    _fails(lambda: stub.Rerank(pb.RerankRequest(model="test")), unimplemented, "Rerank")
-    _fails(
-        lambda: list(stub.Complete(iter([pb.CompleteRequest(model="test")]))),
-        unimplemented,
-        "Complete",
-    )
+def test_rerank_and_complete_check_their_first_fields(stub: Stub) -> None:
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    _fails(lambda: stub.Rerank(pb.RerankRequest(model="test")), invalid, "lists")
+    _fails(lambda: list(stub.Complete(iter([pb.CompleteRequest(model="test")]))), invalid, "k")
+    _fails(lambda: list(stub.Complete(iter([pb.CompleteRequest()]))), invalid, "model")
 
 
 class _ExpiredContext:
