@@ -5,7 +5,10 @@
 The server (`lmserve serve`, own process) serves the default model repository (models/). Each
 run: a probe client sends, in turn, a one-sentence Score on kjv-5gram (n-gram), a gRPC health
 Check, a one-sentence Score on kjv-lstm (neural) and a ListModels, one call at a time, first
-alone, then while a background client thread loops a 400-line Score on kjv-lstm. Each run
+alone, then while a background client thread loops a 400-line Score on kjv-lstm. A call
+started in a phase is waited for, so a stalled server shows as few, very slow calls (kinds
+with none completed are reported as such); `--parallel-probes` gives each kind its own
+thread, so every kind is measured even then (the probes then queue behind each other too). Each run
 prints one JSON line (p50/p99 per probe kind and phase, the background's tokens/s); then one
 record per probe kind and phase with the medians over runs, the load phase's p99 next to its
 target (n-gram < 20 ms, neural < 50 ms, health and ListModels < 50 ms).
@@ -14,6 +17,7 @@ target (n-gram < 20 ms, neural < 50 ms, health and ListModels < 50 ms).
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -77,22 +81,36 @@ class Background(threading.Thread):
             stubs.close()
 
 
-def probe(stubs: Stubs, sentences: list[str], seconds: float) -> dict[str, Latencies]:
+def probe(
+    stubs: Stubs, sentences: list[str], seconds: float, parallel: bool = False
+) -> dict[str, Latencies]:
     """One call at a time, the kinds in turn, for `seconds` (a call started in time is
-    finished: when the server stalls, a phase has few calls, each as slow as the stall)."""
+    finished). With `parallel`, each kind loops in its own thread instead, so a kind stuck
+    behind a stalled server does not keep the others from being measured."""
     out = {kind: Latencies() for kind in KINDS}
-    lines = itertools.cycle(sentences)
-    calls: dict[str, Callable[[], Any]] = {
-        "ngram_score": lambda: stubs.lm.Score(score_request(NGRAM, [next(lines)]), timeout=30),
-        "health": lambda: stubs.health.Check(health_request(), timeout=30),
-        "neural_score": lambda: stubs.lm.Score(score_request(NEURAL, [next(lines)]), timeout=30),
-        "list_models": lambda: stubs.lm.ListModels(list_models_request(), timeout=30),
+    calls: dict[str, Callable[[str], Any]] = {
+        "ngram_score": lambda s: stubs.lm.Score(score_request(NGRAM, [s]), timeout=60),
+        "health": lambda s: stubs.health.Check(health_request(), timeout=60),
+        "neural_score": lambda s: stubs.lm.Score(score_request(NEURAL, [s]), timeout=60),
+        "list_models": lambda s: stubs.lm.ListModels(list_models_request(), timeout=60),
     }
     deadline = time.perf_counter() + seconds
-    for kind in itertools.cycle(KINDS):
-        if time.perf_counter() >= deadline:
-            break
-        out[kind].call(calls[kind])
+    lines = itertools.cycle(sentences)
+
+    def loop(kinds: tuple[str, ...]) -> None:
+        for kind in itertools.cycle(kinds):
+            if time.perf_counter() >= deadline:
+                return
+            out[kind].call(functools.partial(calls[kind], next(lines)))
+
+    if not parallel:
+        loop(KINDS)
+        return out
+    threads = [threading.Thread(target=loop, args=((kind,),)) for kind in KINDS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return out
 
 
@@ -117,11 +135,11 @@ def one_run(server: ServerProcess, args: argparse.Namespace, run: int) -> dict[s
     stubs = Stubs.open(server.target)
     try:
         probe(stubs, sentences, 0.5)  # warm-up: connections, first calls
-        alone = probe(stubs, sentences, args.alone_seconds)
+        alone = probe(stubs, sentences, args.alone_seconds, args.parallel_probes)
         background = Background(server.target, [lines[i % len(lines)] for i in range(400)])
         background.start()
         time.sleep(args.settle)  # the first big request is in flight
-        loaded = probe(stubs, sentences, args.seconds)
+        loaded = probe(stubs, sentences, args.seconds, args.parallel_probes)
         background.stop.set()
         background.join()
     finally:
@@ -129,6 +147,7 @@ def one_run(server: ServerProcess, args: argparse.Namespace, run: int) -> dict[s
     return {
         "name": "isolation_run",
         "run": run,
+        "parallel_probes": args.parallel_probes,
         "alone_seconds": args.alone_seconds,
         "loaded_seconds": args.seconds,
         "alone": summary(alone),
@@ -148,6 +167,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=None, help="probing under load per run")
     parser.add_argument("--alone-seconds", type=float, default=None, help="probing alone per run")
+    parser.add_argument("--parallel-probes", action="store_true", help="a thread per kind")
     parser.add_argument("--settle", type=float, default=0.3, help="after starting the load")
     args = parser.parse_args()
     if args.quick:
