@@ -1,7 +1,8 @@
 """Property: a Generate stream's token texts always add up to its final text.
 
-Drives `engine.decoding_bridge.accept` exactly as the scheduler does (a piece of None is a
-token that is not streamed) over random stop strings, stop ids, token sequences that end in
+Drives `engine.decoding_bridge.accept` and `final_text` exactly as the scheduler does (a piece
+of None is a token that is not streamed; an unfinished sample's `final_text` is what a deadline
+or a shutdown ends it with) over random stop strings, stop ids, token sequences that end in
 `</s>` or not, and the word and character detokenizers.
 """
 
@@ -71,10 +72,10 @@ def test_streamed_pieces_add_up_to_the_final_text(
 ) -> None:
     kind, tokens, stop, stop_ids, min_new = case
     pieces, final, finish = _stream(kind, tokens, stop, stop_ids, min_new)
-    if finish is None:  # still running: only the held-back tail of the text is not out yet
-        assert final.startswith("".join(pieces))
-        return
+    # Unfinished, `final_text` is what a deadline or shutdown would end the sample with.
     assert "".join(pieces) == final
+    if finish is None:
+        return
     if min_new == 0:  # stop strings count from the first token
         assert not any(s in final for s in stop)
 

@@ -62,6 +62,12 @@ class StopChecker:
         """The output so far: what was sent plus anything held back."""
         return self._text
 
+    @property
+    def sent_text(self) -> str:
+        """What `add` returned so far: `text` once the sample finished; without the held-back
+        tail while it runs (what a sample cancelled now has streamed)."""
+        return self._text[: self._sent]
+
     def _release(self, reason: FinishReason) -> StepText:
         """Ends the sample: everything not sent yet, held-back text included, goes out now."""
         self.finish_reason = reason

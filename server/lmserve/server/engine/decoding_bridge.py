@@ -108,4 +108,6 @@ def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, Fi
 
 
 def final_text(d: _SampleDecoder) -> str:
-    return d.checker.text
+    """A sample's text for its FinishEvent: what its tokens streamed, so the two always agree
+    (a sample cancelled mid-way, by its deadline or a shutdown, leaves held-back text out)."""
+    return d.checker.sent_text
