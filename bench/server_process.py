@@ -82,6 +82,22 @@ class ServerProcess:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-4000:]
 
+    @property
+    def pid(self) -> int:
+        """The server process's id (for psutil: memory, CPU)."""
+        assert self._proc is not None
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> None:
+        """Kills the server at once (SIGKILL): a guard, e.g. when its memory runs away."""
+        if self.alive():
+            assert self._proc is not None
+            self._proc.kill()
+            self._proc.wait()
+
     def cpu_seconds(self) -> float:
         """User + system CPU time the server process has used so far."""
         import psutil

@@ -234,6 +234,30 @@ def test_stop_strings_are_trimmed(client: LmServeClient) -> None:
     assert "".join(e.text for e in events if isinstance(e, GeneratedToken)) == "the cat "
 
 
+def test_text_held_back_for_a_stop_string_is_streamed_when_a_stop_id_ends_it(
+    server: BackgroundServer, client: LmServeClient
+) -> None:
+    # Greedy after "on": "the cat sat ...". "cat" may start the stop string "cat on", so it is
+    # held back; the stop id "sat" then ends the sample and "cat" must still reach the stream.
+    sat = server.running.repository.ready("bigram").backend.vocab.index["sat"]
+    events = list(
+        client.generate(
+            "bigram",
+            "on",
+            max_new_tokens=10,
+            temperature=0.0,
+            stop=["cat on"],
+            stop_token_ids=[sat],
+        )
+    )
+    [finished] = [e for e in events if isinstance(e, GenerationFinished)]
+    tokens = [e for e in events if isinstance(e, GeneratedToken)]
+    assert finished.reason == "stop" and finished.text == "the cat"
+    assert "".join(t.text for t in tokens) == "the cat"
+    assert tokens[-1].token_id == sat and tokens[-1].text == "cat"
+    assert finished.usage.generated_tokens == len(tokens)
+
+
 def test_end_of_sentence_and_top_logprobs(client: LmServeClient) -> None:
     events = list(
         client.generate("bigram", "the mat", max_new_tokens=10, temperature=0.0, top_logprobs=3)

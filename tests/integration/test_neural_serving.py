@@ -174,6 +174,27 @@ def test_batch_equals_one_by_one_and_long_texts_are_chunked(
     assert zebra.oov_count == 1 and list(zebra.details.oov) == [True, False, False]
 
 
+@pytest.mark.parametrize("model", ["lstm-onnx", "mix"])
+def test_an_empty_last_text_without_eos_scores_zero(
+    stub: lm_service_pb2_grpc.LanguageModelServiceStub, model: str
+) -> None:
+    # It scores no position: np.add.reduceat used to raise IndexError, answered INTERNAL.
+    options = pb.ScoreOptions(eos=False)
+    texts = ["", SENTENCE, "", "the cat", ""]
+    request = pb.ScoreRequest(model=model, texts=texts, options=options, return_tokens=True)
+    together = list(stub.Score(request).results)
+    alone = [
+        stub.Score(pb.ScoreRequest(model=model, texts=[t], options=options)).results[0]
+        for t in texts
+    ]
+    np.testing.assert_allclose(
+        [r.log_prob for r in together], [r.log_prob for r in alone], atol=1e-5
+    )
+    assert [r.token_count for r in together] == [0, 6, 0, 2, 0]
+    assert [r.log_prob for r in together][::2] == [0.0, 0.0, 0.0]
+    assert together[1].log_prob < 0 and len(together[1].details.log_probs) == 6
+
+
 def test_perplexity_of_a_neural_model(stub: lm_service_pb2_grpc.LanguageModelServiceStub) -> None:
     texts = [SENTENCE, LONG]
     stats = stub.Perplexity(pb.PerplexityRequest(model="lstm-ts", texts=texts)).stats

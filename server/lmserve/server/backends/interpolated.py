@@ -23,6 +23,7 @@ from lmserve.server.backends.base import (
     LanguageModelBackend,
     Vocabulary,
 )
+from lmserve.server.backends.segments import segment_sums
 
 
 def common_vocabulary(vocabs: Sequence[Vocabulary]) -> Vocabulary:
@@ -86,10 +87,7 @@ class InterpolatedBackend:
             offsets = scores.token_offsets
         assert offsets is not None
         mixed = np.logaddexp.reduce(np.stack(per_component), axis=0)
-        totals = np.zeros(batch.batch_size, dtype=np.float64)
-        if len(mixed):
-            sums = np.add.reduceat(mixed, offsets[:-1])
-            totals = np.where(np.diff(offsets) > 0, sums, 0.0)
+        totals = segment_sums(mixed, offsets)  # empty texts (any place) sum to 0
         if not per_token:
             return BatchScores(totals=totals)
         return BatchScores(totals=totals, token_log_probs=mixed, token_offsets=offsets)

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
+from lmserve.server.backends.segments import segment_sums
 from lmserve.server.errors import ModelLoadError, Unimplemented
 
 # One array per state name ("h", or "h" and "c"), each float32 [layers, batch, hidden].
@@ -149,8 +150,7 @@ class RecurrentBackend(ABC):
         flat = np.zeros(int(token_offsets[-1]), dtype=np.float64)
         if n and len(flat):
             self._score_rows(batch, lengths, token_offsets, eos, flat)
-        totals = np.add.reduceat(flat, token_offsets[:-1]) if len(flat) else np.zeros(n)
-        totals = np.where(lengths > 0, totals, 0.0)  # reduceat repeats a value for empty rows
+        totals = segment_sums(flat, token_offsets)  # empty texts (any place) sum to 0
         if not per_token:
             return BatchScores(totals=totals)
         return BatchScores(totals=totals, token_log_probs=flat, token_offsets=token_offsets)

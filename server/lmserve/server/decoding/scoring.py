@@ -28,6 +28,7 @@ from lmserve.server.backends.base import (
     IdArray,
     LanguageModelBackend,
 )
+from lmserve.server.backends.segments import segment_sums
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.text.codec import TextCodec, WordCodec
 
@@ -121,14 +122,6 @@ class PerplexityStats:
     perplexity_excluding_oov: float
     word_count: int
     perplexity_per_word: float
-
-
-def _segment_sums(values: FloatArray, offsets: CountArray) -> FloatArray:
-    """Sum of values[offsets[i]:offsets[i+1]] for each i (empty segments give 0)."""
-    cumulative = np.zeros(len(values) + 1, dtype=np.float64)
-    np.cumsum(values, out=cumulative[1:])
-    result: FloatArray = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
-    return result
 
 
 class Scorer:
@@ -316,7 +309,7 @@ class Scorer:
             oov_mask = _scored_mask(batch, options.eos)
             if prepared.oov_log_probs and prepared.oov_counts.any():
                 masked = np.where(oov_mask, scores.token_log_probs, 0.0)
-                oov_sums = _segment_sums(masked, scores.token_offsets)
+                oov_sums = segment_sums(masked, scores.token_offsets)
             if prepared.details:
                 text_details = self._details(
                     prepared.word_lists,

@@ -5,11 +5,14 @@ to send now and the finish reason, if any:
 
 1. `</s>` (unless `ignore_eos`) ends with END_OF_SENTENCE; a stop token id with STOP. Neither
    adds text.
-2. Otherwise the detokenizer's piece joins the text. A stop string is searched in the tail that
-   could contain a new occurrence (the last piece plus `longest stop - 1` characters before
-   it), so a stop string spanning token boundaries is found; the output ends just before it.
+2. Otherwise the detokenizer's piece joins the text. Each stop string is searched where a new
+   occurrence could be (ending in the last piece, so starting up to `len(stop) - 1`
+   characters before it), so a stop string spanning token boundaries is found; the output
+   ends just before it.
 3. Text that could still be the start of a stop string (a suffix of the text that is a proper
-   prefix of one) is held back, and sent once it cannot be, or at the end.
+   prefix of one) is held back, and sent once it cannot be, or with the token that ends the
+   sample, whatever ends it (`</s>` and stop ids included), so the sent texts always add up
+   to the final text.
 4. After `max_new_tokens` tokens: LENGTH. A cancelled stream ends with CANCELLED.
 
 Stop strings and stop ids count only from `min_new_tokens` on (the sampler suppresses `</s>` and
@@ -53,22 +56,51 @@ class StopChecker:
         self.finish_reason: FinishReason | None = None
         self._text = ""  # everything decoded so far (trimmed at a stop string when one is found)
         self._sent = 0  # characters of _text already returned
-        self._longest = max((len(s) for s in params.stop), default=0)
 
     @property
     def text(self) -> str:
         """The output so far: what was sent plus anything held back."""
         return self._text
 
-    def _finish(self, reason: FinishReason) -> StepText:
+    @property
+    def sent_text(self) -> str:
+        """What `add` returned so far: `text` once the sample finished; without the held-back
+        tail while it runs (what a sample cancelled now has streamed)."""
+        return self._text[: self._sent]
+
+    def _release(self, reason: FinishReason) -> StepText:
+        """Ends the sample: everything not sent yet, held-back text included, goes out now."""
         self.finish_reason = reason
-        self._text += self.detokenizer.flush()
         rest = self._text[self._sent :]
         self._sent = len(self._text)
         return StepText(rest, reason)
 
+    def _finish(self, reason: FinishReason) -> StepText:
+        # The detokenizer's last text is searched too: it may complete a stop string.
+        if self._append(self.detokenizer.flush()):
+            reason = FinishReason.STOP
+        return self._release(reason)
+
+    def _append(self, piece: str) -> bool:
+        """Adds text; True when it completes a stop string (the text then ends before it)."""
+        old = len(self._text)
+        self._text += piece
+        if not (piece and self.params.stop and self.num_generated > self.params.min_new_tokens):
+            return False
+        # Only occurrences that end in the new piece: older ones were searched before, or came
+        # before min_new_tokens (and may have been sent already).
+        stops = self.params.stop
+        hits = [i for s in stops if (i := self._text.find(s, max(0, old - len(s) + 1))) >= 0]
+        if not hits:
+            return False
+        self._text = self._text[: min(hits)]
+        return True
+
     def add(self, token_id: int) -> StepText:
-        """Takes the next generated token; returns the text to send and the finish reason."""
+        """Takes the next generated token; returns the text to send and the finish reason.
+
+        A token that ends the sample returns whatever text was held back, even `</s>` and stop
+        ids, which add no text of their own: the sent texts always add up to `text`."""
         if self.finish_reason is not None:
             raise RuntimeError("the sample already finished")
         self.num_generated += 1
@@ -77,17 +109,8 @@ class StopChecker:
             return self._finish(FinishReason.END_OF_SENTENCE)
         if active and token_id in self.params.stop_token_ids:
             return self._finish(FinishReason.STOP)
-        piece = self.detokenizer.add(token_id)
-        start = max(0, len(self._text) - (self._longest - 1)) if self._longest else 0
-        self._text += piece
-        if self.params.stop and active:
-            hits = [i for s in self.params.stop if (i := self._text.find(s, start)) >= 0]
-            if hits:
-                self._text = self._text[: min(hits)]
-                self.finish_reason = FinishReason.STOP
-                rest = self._text[self._sent :]
-                self._sent = len(self._text)
-                return StepText(rest, FinishReason.STOP)
+        if self._append(self.detokenizer.add(token_id)):
+            return self._release(FinishReason.STOP)
         if self.num_generated >= self.params.max_new_tokens:
             return self._finish(FinishReason.LENGTH)
         end = len(self._text) - self._held_back()

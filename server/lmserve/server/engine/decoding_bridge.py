@@ -95,16 +95,19 @@ def sample(active: Sequence[Any], log_probs: npt.NDArray[Any], vocab: Any) -> Dr
 
 
 def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, FinishReason | None]:
-    """Adds a drawn token: its text piece (None when it ends the sample unseen: `</s>` or a stop
-    token id) and why the sample ends, if it does. `count` is the tokens drawn so far, this one
-    included."""
+    """Adds a drawn token: its text piece and why the sample ends, if it does. The piece is None
+    for a token that ends the sample unseen (`</s>` or a stop token id) unless the sample had
+    text held back (a possible stop string's start): that text goes out with this token, else
+    the stream would lose it. `count` is the tokens drawn so far, this one included."""
     st = d.params.stopping
     ends_unseen = (token_id == d.eos_id and not st.ignore_eos) or (
         token_id in st.stop_token_ids and count > st.min_new_tokens
     )
     step = d.checker.add(token_id)
-    return (None if ends_unseen else step.text), step.finish_reason
+    return (None if ends_unseen and not step.text else step.text), step.finish_reason
 
 
 def final_text(d: _SampleDecoder) -> str:
-    return d.checker.text
+    """A sample's text for its FinishEvent: what its tokens streamed, so the two always agree
+    (a sample cancelled mid-way, by its deadline or a shutdown, leaves held-back text out)."""
+    return d.checker.sent_text
