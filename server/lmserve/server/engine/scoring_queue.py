@@ -10,12 +10,14 @@ are sorted by length and cut into units of at most `unit_tokens` positions (rows
 unit's longest text), so a pass costs at most that, whatever the request; a text longer than a
 unit is a unit of its own and the backend walks it in time chunks (memory bounded by the chunk).
 
-Fairness: one worker thread per model runs the passes. It takes units round-robin over the
-requests that have work (each request one unit per turn), so a one-sentence Score that arrives
-behind a 400-line Score waits for at most the pass in flight, never for the whole long request.
-Head units of other requests with the same options are added to the pass while it stays within
-`unit_tokens` (and their lengths are close), so concurrent small requests share a pass, batched
-by length.
+Fairness: one worker thread per model runs the passes, shortest first: each pass starts with
+the request that has the least work left, so a one-sentence Score that arrives behind a
+400-line Score waits for the pass in flight only, never for the whole long request; a request
+passed over `MAX_SKIPS` times in a row goes next whatever its size, so a long request keeps
+at least one pass in `MAX_SKIPS + 1` under any load. Small requests (whose remaining work fits
+one unit) with the same options and similar lengths ride in the same pass while it stays within
+`unit_tokens`, so concurrent small requests share forward passes, batched by length; a long
+request's units never ride in another's pass (they would only make it slower).
 
 Cancellation and deadlines: a request whose caller went away or whose deadline passed is
 dropped before its next unit. n-gram work that is cheaper than a thread hop (a few thousand
@@ -43,6 +45,10 @@ from lmserve.server.errors import DeadlineExceeded, ModelUnavailable, Overloaded
 from lmserve.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+# A request passed over this many passes in a row is served next, whatever its size: small
+# requests go first, and a long one still gets at least one pass in MAX_SKIPS + 1.
+MAX_SKIPS = 3
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,24 @@ class _Job:
     tokens: int
     enqueued: float = field(default_factory=time.perf_counter)
     cancelled: bool = False
+    # Passes run since this request was last served (shortest-first with a bound).
+    skipped: int = 0
+    # Positions not yet handed to a pass.
+    remaining: int = 0
+
+    def __post_init__(self) -> None:
+        self.remaining = self.tokens
+
+    def width(self, unit: np.ndarray) -> int:
+        """The unit's longest text (scored positions)."""
+        lengths = self.prepared.lengths
+        return int(lengths[unit].max()) if len(unit) else 0
+
+    def take(self) -> np.ndarray:
+        """The next unit; the work left shrinks by its positions."""
+        unit = self.units.popleft()
+        self.remaining -= len(unit) * max(self.width(unit), 1)
+        return unit
 
     @property
     def key(self) -> tuple[bool, bool]:
@@ -88,7 +112,7 @@ class _Job:
 @dataclass(eq=False)
 class _StepJob:
     """Work that runs as a generator: each `next()` is one unit (e.g. one batched step of
-    prefix-shared scoring); it takes its turns in the round-robin like a scoring request."""
+    prefix-shared scoring); it takes its turns like a scoring request."""
 
     steps: Iterator[None]
     deadline: float | None
@@ -97,6 +121,11 @@ class _StepJob:
     tokens: int
     enqueued: float = field(default_factory=time.perf_counter)
     cancelled: bool = False
+    skipped: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.tokens
 
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
@@ -232,45 +261,49 @@ class ScoringQueue:
                     self._fail(job, exc)
 
     def _pick(self) -> list[tuple[_Job, np.ndarray]] | _StepJob:
-        """The next pass: the head unit of the next request in turn, plus head units of other
-        requests with the same options and similar lengths while the pass stays in bounds.
-        Drops requests that were cancelled or expired. Call with `_cond` held."""
+        """The next pass: the head unit of the request with the least work left (one that was
+        passed over `MAX_SKIPS` times in a row goes first instead), plus the units of small
+        requests (whose whole remaining work is one unit) with the same options and similar
+        lengths while the pass stays in bounds. Drops cancelled and expired requests.
+        Call with `_cond` held."""
         now = time.monotonic()
-        while self._jobs:
-            job = self._jobs[0]
+        for job in list(self._jobs):
             if job.cancelled or job.future.done():
                 self._drop(job)
             elif job.expired(now):
                 self._drop(job)
                 self._fail(job, DeadlineExceeded("Score did not finish before its deadline"))
-            else:
-                break
         if not self._jobs:
             return []
-        first = self._jobs[0]
-        self._jobs.rotate(-1)  # round-robin: the next pass starts with the next request
+        starved = max(self._jobs, key=lambda j: j.skipped)
+        if starved.skipped >= MAX_SKIPS:
+            first: _Job | _StepJob = starved
+        else:
+            first = min(self._jobs, key=lambda j: j.remaining)
+        for job in self._jobs:
+            job.skipped += 1
+        first.skipped = 0
         if isinstance(first, _StepJob):
             return first
-        unit = first.units.popleft()
-        picked = [(first, unit)]
-        lengths = first.prepared.lengths
-        width = int(lengths[unit].max()) if len(unit) else 0
-        rows = len(unit)
+        picked = [(first, first.take())]
+        width = first.width(picked[0][1])
+        rows = len(picked[0][1])
         for job in list(self._jobs):
             if not isinstance(job, _Job) or job is first or job.key != first.key:
                 continue
-            if job.cancelled or not job.units:
+            if len(job.units) != 1:  # a long request's units never ride in others' passes
                 continue
             head = job.units[0]
-            head_width = int(job.prepared.lengths[head].max()) if len(head) else 0
-            wide = max(width, head_width)
+            head_width = job.width(head)
+            wide = max(width, head_width, 1)
             if head_width > 2 * width + 8 or width > 2 * head_width + 8:
                 continue
-            if (rows + len(head)) * max(wide, 1) > self.limits.unit_tokens:
+            if (rows + len(head)) * wide > self.limits.unit_tokens:
                 continue
             if rows + len(head) > self.limits.unit_rows:
                 continue
-            picked.append((job, job.units.popleft()))
+            picked.append((job, job.take()))
+            job.skipped = 0
             rows, width = rows + len(head), wide
         for job, _ in picked:
             if not job.units:
