@@ -6,6 +6,8 @@
     ├── ModelUnavailable     -> UNAVAILABLE       (the model exists but failed to load)
     ├── Overloaded           -> RESOURCE_EXHAUSTED (a queue or limit is full; retry later)
     ├── DeadlineExceeded     -> DEADLINE_EXCEEDED
+    ├── Cancelled            -> CANCELLED         (the caller went away; work stopped early)
+    ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     ├── Unimplemented        -> UNIMPLEMENTED     (the RPC or option is not offered for this model)
     └── ModelLoadError                            (a model folder is broken; names file and reason)
         ├── ManifestError
@@ -50,6 +52,15 @@ class Overloaded(LmServeError):
 
 class DeadlineExceeded(LmServeError):
     """The work did not finish before the caller's deadline."""
+
+
+class Cancelled(LmServeError):
+    """The caller stopped waiting (cancelled the call): the work was stopped, not finished."""
+
+
+class ModelOutputError(LmServeError):
+    """The model's output for one sequence cannot be decoded (NaN or +inf log-probabilities,
+    or no token with any probability): that sequence fails, the others go on."""
 
 
 class Unimplemented(LmServeError):

@@ -6,6 +6,8 @@ removes sequences between steps and beam search reorders (and duplicates) beams:
 
     lp, state = stepper.prefill([[5, 6], [7]])        # log P(next | <s> prompt) [2, V], nats
     lp, state = stepper.step(np.array([3, 4]), state)  # feed one token per row
+    lp, state = stepper.feed([[8, 9], [3]], state)    # feed several tokens per row (prefill
+                                                      # in chunks: prefill = feed from the start)
     a, b = stepper.split(state)
     state = stepper.merge([b, a, a])                   # reorder and duplicate rows
     state = stepper.select(state, np.array([1, 0, 0])) # the same, in one gather
@@ -69,6 +71,12 @@ class Stepper(Protocol):
         """Reads `[<s>] prompt` per row: the next-token log-probs [B, V] and the state."""
         ...
 
+    def feed(self, chunks: Sequence[Sequence[int]], state: State) -> tuple[FloatArray, State]:
+        """Reads each row's tokens (one at least) after `state`: the log-probs after each row's
+        last token [B, V] and the new state. `prefill` in pieces: a scheduler reads a long
+        prompt a chunk per iteration, between the steps of running sequences."""
+        ...
+
     def split(self, state: State) -> list[State]:
         """A batch state -> one state per row (each a batch of one)."""
         ...
@@ -106,28 +114,41 @@ class RecurrentStepper:
     def prefill(
         self, prompts: Sequence[Sequence[int]], *, bos: bool = True
     ) -> tuple[FloatArray, RecurrentState]:
-        # Rows of equal length run together (no padding reaches the state), chunk by chunk.
         inputs = [([self.vocab.bos_id] if bos else []) + [int(t) for t in p] for p in prompts]
         if any(not row for row in inputs):
             raise Unimplemented("a recurrent model needs <s> or a prompt to predict from")
-        out = np.empty((len(inputs), len(self.vocab)), dtype=np.float64)
-        states: list[RecurrentState | None] = [None] * len(inputs)
+        return self.feed(inputs, self.initial_state(len(inputs)))
+
+    def feed(
+        self, chunks: Sequence[Sequence[int]], state: RecurrentState
+    ) -> tuple[FloatArray, RecurrentState]:
+        # Rows of equal length run together (no padding reaches the state), in windows of
+        # max_chunk_tokens counted from each row's first token here.
+        if any(len(row) == 0 for row in chunks):
+            raise ValueError("feed needs at least one token per row")
+        out: FloatArray | None = None
+        rows_state: list[RecurrentState | None] = [None] * len(chunks)
         by_length: dict[int, list[int]] = {}
-        for i, row in enumerate(inputs):
+        for i, row in enumerate(chunks):
             by_length.setdefault(len(row), []).append(i)
-        chunk = self.backend.max_chunk_tokens
+        window = self.backend.max_chunk_tokens
         for length, rows in by_length.items():
-            tokens = np.asarray([inputs[i] for i in rows], dtype=np.int64)
-            state = self.backend.initial_state(len(rows))
+            tokens = np.asarray([list(chunks[i]) for i in rows], dtype=np.int64)
+            sub = state if len(rows) == len(chunks) else self.select(state, rows)
             log_probs = None
-            for start in range(0, length, chunk):
-                window = np.ascontiguousarray(tokens[:, start : start + chunk])
-                log_probs, state = self.backend.step(window, state)
+            for start in range(0, length, window):
+                piece = np.ascontiguousarray(tokens[:, start : start + window])
+                log_probs, sub = self.backend.step(piece, sub)
             assert log_probs is not None
+            if len(rows) == len(chunks):  # one group: no gather, no copy
+                return np.ascontiguousarray(log_probs[:, -1, :]), sub
+            if out is None:  # the model's own precision, as `step` returns
+                out = np.empty((len(chunks), log_probs.shape[2]), dtype=log_probs.dtype)
             out[rows] = log_probs[:, -1, :]
             for j, i in enumerate(rows):
-                states[i] = tuple(s[:, j : j + 1] for s in state)
-        return out, self.merge([s for s in states if s is not None])
+                rows_state[i] = tuple(s[:, j : j + 1] for s in sub)
+        assert out is not None
+        return out, self.merge([s for s in rows_state if s is not None])
 
     def split(self, state: RecurrentState) -> list[RecurrentState]:
         batch = state[0].shape[1]
@@ -207,6 +228,17 @@ class ContextStepper:
         state = tuple(self._cut((*head, *(int(t) for t in p))) for p in prompts)
         return self._distributions(state), state
 
+    def feed(
+        self, chunks: Sequence[Sequence[int]], state: ContextState
+    ) -> tuple[FloatArray, ContextState]:
+        if len(chunks) != len(state):
+            raise ValueError(f"{len(chunks)} chunks for a state of {len(state)} rows")
+        new_state = tuple(
+            self._cut((*ctx, *(int(t) for t in chunk)))
+            for ctx, chunk in zip(state, chunks, strict=True)
+        )
+        return self._distributions(new_state), new_state
+
     def split(self, state: ContextState) -> list[ContextState]:
         return [(ctx,) for ctx in state]
 
@@ -266,6 +298,15 @@ class InterpolatedStepper:
         results = [
             p.prefill([m[np.asarray(q, dtype=np.int64)].tolist() for q in prompts], bos=bos)
             for p, m in zip(self.parts, self._maps, strict=True)
+        ]
+        return self._mix([lp for lp, _ in results]), tuple(s for _, s in results)
+
+    def feed(
+        self, chunks: Sequence[Sequence[int]], state: InterpolatedState
+    ) -> tuple[FloatArray, InterpolatedState]:
+        results = [
+            p.feed([m[np.asarray(c, dtype=np.int64)].tolist() for c in chunks], s)
+            for p, m, s in zip(self.parts, self._maps, state, strict=True)
         ]
         return self._mix([lp for lp, _ in results]), tuple(s for _, s in results)
 

@@ -159,12 +159,15 @@ class SampleOutput:
     """One step's choices. Log-probs are natural logs under the unfiltered model distribution.
 
     `top_ids`/`top_log_probs` [B, k] are the k most probable tokens, best first, when asked.
+    `failed` lists the rows no token was drawn for (NaN/+inf log-probs, or no possible token):
+    their id is -1, their log-prob NaN, their top lists are meaningless, their samplers unchanged.
     """
 
     token_ids: IdArray
     log_probs: FloatArray
     top_ids: IdArray | None = None
     top_log_probs: FloatArray | None = None
+    failed: tuple[int, ...] = ()
 
 
 def process_logits(
@@ -181,9 +184,15 @@ def process_logits(
 
 def _penalise_and_ban(
     log_probs: npt.ArrayLike, rows: Sequence[SequenceSampler], *, eos_id: int, bos_id: int
-) -> tuple[LogitArray, LogitArray]:
-    """`process_logits` and each row's maximum, which its dead-row check computes anyway and
-    the draw needs (one pass over [B, V] fewer a step)."""
+) -> tuple[LogitArray, LogitArray, list[int]]:
+    """`process_logits`, each row's maximum (which its dead-row check computes anyway and the
+    draw needs: one pass over [B, V] fewer a step), and the rows no token can be drawn from.
+
+    A row is bad when the model gave it a NaN or +inf anywhere, or -inf everywhere (no token
+    has any probability): drawing from it would pick an arbitrary token. The check costs no
+    pass of its own: NaN and +inf survive penalties and show in the row's maximum, and those
+    that the bans overwrote are read back from the banned positions alone.
+    """
     source = np.asarray(log_probs)
     logits: LogitArray = np.array(source, dtype=np.result_type(source.dtype, np.float32))
     banned_rows: list[int] = []
@@ -194,13 +203,23 @@ def _penalise_and_ban(
         ids = row.banned(eos_id, bos_id)
         banned_rows.extend([i] * len(ids))
         banned_ids.extend(ids)
+    hidden = source[banned_rows, banned_ids]  # what the bans are about to overwrite
     logits[banned_rows, banned_ids] = -np.inf  # one scatter for the whole batch
     row_max: LogitArray = logits.max(axis=1) if len(rows) else np.zeros(0, logits.dtype)
+    bad: set[int] = set()
+    odd = np.isnan(hidden) | (hidden == np.inf)
+    if odd.any():
+        bad.update(np.asarray(banned_rows)[odd].tolist())
     for i in np.flatnonzero(~np.isfinite(row_max)).tolist():
+        if np.isnan(row_max[i]) or row_max[i] == np.inf:
+            bad.add(i)
+            continue
         logits[i] = source[i]
         logits[i, bos_id] = -np.inf
         row_max[i] = logits[i].max()
-    return logits, row_max
+        if not np.isfinite(row_max[i]):
+            bad.add(i)
+    return logits, row_max, sorted(bad)
 
 
 def _draw_full(
@@ -430,26 +449,41 @@ def sample_next(
     source = np.asarray(log_probs)
     if source.ndim != 2 or source.shape[0] != len(rows):
         raise ValueError(f"log_probs {source.shape} for {len(rows)} rows")
-    logits, row_max = _penalise_and_ban(source, rows, eos_id=eos_id, bos_id=bos_id)
+    logits, row_max, bad = _penalise_and_ban(source, rows, eos_id=eos_id, bos_id=bos_id)
+    if bad:  # draw the good rows alone; the bad ones get -1 and leave their samplers as they were
+        good = np.setdiff1d(np.arange(len(rows)), bad)
+        chosen = np.full(len(rows), -1, dtype=np.int64)
+        if len(good):
+            chosen[good] = _choose(logits[good], row_max[good], [rows[i] for i in good.tolist()])
+    else:
+        chosen = _choose(logits, row_max, rows)
+    for row, token in zip(rows, chosen.tolist(), strict=True):
+        if token >= 0:
+            row.append(token)
+    chosen_lp = source[np.arange(len(rows)), np.maximum(chosen, 0)].astype(np.float64)
+    if bad:
+        chosen_lp[bad] = np.nan
+    failed = tuple(bad)
+    if top_logprobs > 0:
+        top_ids, top_lp = top_alternatives(source, top_logprobs)
+        return SampleOutput(chosen, chosen_lp, top_ids, top_lp, failed)
+    return SampleOutput(chosen, chosen_lp, failed=failed)
+
+
+def _choose(logits: LogitArray, row_max: LogitArray, rows: Sequence[SequenceSampler]) -> IdArray:
+    """Steps 3-6 over processed rows: greedy rows take the argmax, the others draw."""
     greedy = [r.params.greedy for r in rows]
     # One uniform in (0, 1] per sampled row, from that row's own generator.
     if not any(greedy):  # the common batches take no row copies
         uniforms = np.array([1.0 - r.rng.random() for r in rows])
-        chosen = _sample_rows(logits, row_max, [r.params for r in rows], uniforms)
-    elif all(greedy):
-        chosen = logits.argmax(axis=1).astype(np.int64)
-    else:
-        chosen = np.empty(len(rows), dtype=np.int64)
-        g = np.flatnonzero(greedy)
-        chosen[g] = logits[g].argmax(axis=1)
-        s = np.flatnonzero(np.logical_not(greedy))
-        uniforms = np.array([1.0 - rows[i].rng.random() for i in s.tolist()])
-        params = [rows[i].params for i in s.tolist()]
-        chosen[s] = _sample_rows(logits[s], row_max[s], params, uniforms)
-    for row, token in zip(rows, chosen.tolist(), strict=True):
-        row.append(token)
-    chosen_lp = source[np.arange(len(rows)), chosen].astype(np.float64)
-    if top_logprobs > 0:
-        top_ids, top_lp = top_alternatives(source, top_logprobs)
-        return SampleOutput(chosen, chosen_lp, top_ids, top_lp)
-    return SampleOutput(chosen, chosen_lp)
+        return _sample_rows(logits, row_max, [r.params for r in rows], uniforms)
+    if all(greedy):
+        return logits.argmax(axis=1).astype(np.int64)
+    chosen = np.empty(len(rows), dtype=np.int64)
+    g = np.flatnonzero(greedy)
+    chosen[g] = logits[g].argmax(axis=1)
+    s = np.flatnonzero(np.logical_not(greedy))
+    uniforms = np.array([1.0 - rows[i].rng.random() for i in s.tolist()])
+    params = [rows[i].params for i in s.tolist()]
+    chosen[s] = _sample_rows(logits[s], row_max[s], params, uniforms)
+    return chosen
