@@ -123,6 +123,7 @@ class RunningBatch:
         self.log_probs: npt.NDArray[Any] | None = None
         self.state: Any = None
         self.steps = 0
+        self.step_seconds = 0.0  # moving average of a batched step's time (prefill sizing)
         self._next_tokens: list[int] = []
         self._gauge = metrics.active_sequences.labels(model=model) if metrics else None
         self._set_rows([], None, None)
@@ -255,7 +256,10 @@ class RunningBatch:
         if not self.sequences:
             return
         tokens = np.asarray(self._next_tokens, dtype=np.int64)
+        started = time.perf_counter()
         self.log_probs, self.state = self.stepper.step(tokens, self.state)
+        seconds = time.perf_counter() - started
+        self.step_seconds = seconds if not self.steps else 0.8 * self.step_seconds + 0.2 * seconds
         self.steps += 1
 
 

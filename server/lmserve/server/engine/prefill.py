@@ -1,8 +1,8 @@
 """Chunked prefill: admitted prompts are read a bounded number of tokens per scheduler iteration.
 
-    prefill = Prefill(stepper, chunk_tokens=512)
+    prefill = Prefill(stepper, bos_id, chunk_tokens=512)
     prefill.add(streams)                       # admitted, not yet read
-    ready = prefill.advance()                  # reads <= 512 prompt tokens in one `feed`
+    ready = prefill.advance(limit_seconds)     # reads <= 512 prompt tokens in one `feed`
     if ready: batch.join(ready.streams, ready.log_probs, ready.state)
 
 Reading a 20,000-token prompt in one go stalls every running stream for the whole prompt; read
@@ -11,10 +11,16 @@ tokens by one chunk's time at most. Each prompt's state is carried across iterat
 prompt fed in pieces gives the same distribution as one read at once (`Stepper.feed`), so seeded
 outputs do not depend on the chunk size. Prompts are read in arrival order; short prompts that
 fit one budget together are read in one batched call, as before.
+
+While other sequences run, the scheduler also bounds a chunk's time (`limit_seconds`, a share of
+its step time): the token budget adapts to the measured feed times (x0.7 when a chunk took too
+long, x1.25 when it took well under), since a feed's cost is a fixed part (about one step) plus
+a part per token, which a per-token average would misjudge for short chunks.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +63,8 @@ class Prefill:
         self.chunk_tokens = chunk_tokens
         self.pending: list[_Reading] = []
         self.fed_tokens = 0  # prompt tokens read so far (tests and metrics)
+        # Tokens per chunk while sequences run, adapted to `limit_seconds` (see the module).
+        self.budget = min(chunk_tokens, 16)
 
     @property
     def samples(self) -> int:
@@ -70,10 +78,12 @@ class Prefill:
         """Forgets the prompts of streams that left (cancelled, deadline passed)."""
         self.pending = [r for r in self.pending if r.stream not in gone]
 
-    def advance(self) -> Ready | None:
-        """Feeds at most `chunk_tokens` prompt tokens, oldest prompt first, in one call; returns
-        the prompts that are now read to the end (None when none is)."""
-        budget = self.chunk_tokens
+    def advance(self, limit_seconds: float | None = None) -> Ready | None:
+        """Feeds at most `chunk_tokens` prompt tokens (with `limit_seconds`, the adapted budget
+        that reads in about that time), oldest prompt first, in one call; returns the prompts
+        that are now read to the end (None when none is)."""
+        wanted = self.chunk_tokens if limit_seconds is None else self.budget
+        budget = wanted
         chosen: list[_Reading] = []
         chunks: list[list[int]] = []
         for reading in self.pending:
@@ -94,8 +104,11 @@ class Prefill:
                 [r.state if r.state is not None else stepper.initial_state(1) for r in chosen]
             )
         )
+        started = time.perf_counter()
         log_probs, state = stepper.feed(chunks, start)
-        self.fed_tokens += self.chunk_tokens - budget
+        if limit_seconds is not None:
+            self._adapt(time.perf_counter() - started, limit_seconds, wanted - budget)
+        self.fed_tokens += wanted - budget
         finished: list[int] = []
         for i, (reading, chunk) in enumerate(zip(chosen, chunks, strict=True)):
             reading.done += len(chunk)
@@ -112,3 +125,11 @@ class Prefill:
             return Ready(streams, log_probs, state)
         rows = np.asarray(finished, dtype=np.int64)
         return Ready(streams, log_probs[rows], stepper.select(state, rows))
+
+    def _adapt(self, seconds: float, limit: float, fed: int) -> None:
+        if fed < self.budget:  # the prompts ran out: says nothing about a full chunk
+            return
+        if seconds > limit:
+            self.budget = max(1, int(self.budget * 0.7))
+        elif seconds < 0.8 * limit:
+            self.budget = min(self.chunk_tokens, int(self.budget * 1.25) + 1)

@@ -162,7 +162,9 @@ class GenerationScheduler:
         now_mono = time.monotonic()
         if prefill.pending:
             self._drop_prefilling(now_mono)
-            ready = prefill.advance()
+            # While sequences run, a chunk takes about a share of their step's time.
+            share = self.limits.prefill_step_share
+            ready = prefill.advance(share * batch.step_seconds if batch.steps and batch else None)
             if ready is not None:
                 batch.join(ready.streams, ready.log_probs, ready.state)
             with self._cond:
