@@ -332,3 +332,46 @@ def test_finish_events_still_end_every_sample(bigram: NgramModel) -> None:
 
     events = _run(scheduler, main)
     assert sum(isinstance(e, FinishEvent) for e in events) == 3
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+def test_observe_many_equals_repeated_observe() -> None:
+    from prometheus_client import Histogram
+
+    from lmserve.server.engine.batch import observe_many
+
+    grouped, single = CollectorRegistry(), CollectorRegistry()
+    a = Histogram("itl", "", buckets=(0.001, 0.01, 0.1, 1.0), registry=grouped)
+    b = Histogram("itl", "", buckets=(0.001, 0.01, 0.1, 1.0), registry=single)
+    for value, count in [(0.0005, 3), (0.001, 2), (0.05, 7), (1.0, 1), (30.0, 4)]:
+        observe_many(a, value, count)
+        for _ in range(count):
+            b.observe(value)
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        return [
+            (s.name, s.labels, round(s.value, 9))
+            for m in registry.collect()
+            for s in m.samples
+            if not s.name.endswith("_created")
+        ]
+
+    assert samples(grouped) == samples(single)
+
+
+def test_inter_token_latency_counts_every_gap(bigram: NgramModel) -> None:
+    registry = CollectorRegistry()
+    scheduler = GenerationScheduler(
+        "bi", make_stepper(bigram), bigram.vocab, GenerationLimits(), Metrics(registry)
+    )
+
+    async def main() -> None:
+        streams = [scheduler.submit(GenerationRequest([], _params(10, n=2))) for _ in range(3)]
+        await asyncio.gather(*(_tokens(s) for s in streams))
+
+    _run(scheduler, main)
+    labels = {"model": "bi"}
+    assert registry.get_sample_value("lmserve_inter_token_latency_seconds_count", labels) == 54
+    assert registry.get_sample_value("lmserve_generated_tokens_total", labels) == 60
