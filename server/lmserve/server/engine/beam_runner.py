@@ -114,6 +114,9 @@ class BeamRunner:
             return await job.future
         finally:
             job.stopped = True  # no-op when finished; stops a search nobody awaits
+            if not job.future.done():
+                with self._cond, contextlib.suppress(ValueError):
+                    self._waiting.remove(job)  # a waiting one frees its place in the queue
 
     def close(self) -> None:
         """Stops every search after its current step and fails those waiting; returns at once

@@ -165,9 +165,9 @@ class GenerationScheduler:
             # While sequences run, a chunk takes about a share of their step's time.
             share = self.limits.prefill_step_share
             ready = prefill.advance(share * batch.step_seconds if batch.steps and batch else None)
-            if ready is not None:
-                batch.join(ready.streams, ready.log_probs, ready.state)
-            with self._cond:
+            with self._cond:  # the slots move from prefilling to running at once (`submit`)
+                if ready is not None:
+                    batch.join(ready.streams, ready.log_probs, ready.state)
                 self._prefilling = prefill.samples
         if not batch:
             return
