@@ -114,9 +114,11 @@ class BeamRunner:
             return await job.future
         finally:
             job.stopped = True  # no-op when finished; stops a search nobody awaits
-            if not job.future.done():
+            # A cancelled one still waiting frees its place in the queue (the await cancelled
+            # the future too, so `done()` cannot tell it from a finished one).
+            if job.future.cancelled():
                 with self._cond, contextlib.suppress(ValueError):
-                    self._waiting.remove(job)  # a waiting one frees its place in the queue
+                    self._waiting.remove(job)
 
     def close(self) -> None:
         """Stops every search after its current step and fails those waiting; returns at once
