@@ -4,6 +4,8 @@ n-gram and recurrent steppers (a wrapper injects bad rows; nothing of ours is mo
 from __future__ import annotations
 
 import asyncio
+import statistics
+import time
 from typing import Any
 
 import numpy as np
@@ -15,8 +17,14 @@ from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import ContextStepper, Stepper, make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
+from lmserve.server.engine.prefill import Prefill
 from lmserve.server.engine.scheduler import GenerationLimits, GenerationScheduler
-from lmserve.server.engine.sequence import FinishEvent, GenerationRequest, TokenEvent
+from lmserve.server.engine.sequence import (
+    FinishEvent,
+    GenerationRequest,
+    GenerationStream,
+    TokenEvent,
+)
 from lmserve.server.errors import ModelOutputError, Overloaded
 from lmserve.server.metrics import Metrics
 
@@ -210,6 +218,33 @@ def test_running_streams_get_tokens_between_prompt_chunks(bigram: NgramModel) ->
 
     _run(scheduler, main)
     assert order.index("long") >= 60
+
+
+class SlowFeed(ContextStepper):
+    """The real n-gram stepper, with an LSTM-like cost per prompt token (0.5 ms)."""
+
+    costly_prompts = True
+
+    def feed(self, chunks: Any, state: Any) -> Any:
+        time.sleep(0.0005 * sum(map(len, chunks)))
+        return super().feed(chunks, state)
+
+
+def test_prompt_chunks_adapt_to_the_time_limit(bigram: NgramModel) -> None:
+    prefill = Prefill(SlowFeed(bigram, max_context=1), bigram.vocab.bos_id, chunk_tokens=512)
+    prefill.add([GenerationStream(GenerationRequest(_long_prompt(2000), _params(1)), 1)])
+    sizes: list[int] = []
+    while prefill.pending:
+        before = prefill.fed_tokens
+        prefill.advance(0.01)  # 10 ms: about 20 tokens
+        sizes.append(prefill.fed_tokens - before)
+    later = sizes[10:]
+    assert max(later) <= 40 and statistics.median(later) >= 4
+    assert sum(sizes) == 2001  # <s> and the whole prompt, each token once
+    unbounded = Prefill(SlowFeed(bigram, max_context=1), bigram.vocab.bos_id, chunk_tokens=512)
+    unbounded.add([GenerationStream(GenerationRequest(_long_prompt(2000), _params(1)), 1)])
+    unbounded.advance(None)  # nothing runs beside it: a whole chunk
+    assert unbounded.fed_tokens == 512
 
 
 def test_cancelled_while_prefilling_frees_its_slots(bigram: NgramModel) -> None:

@@ -50,9 +50,13 @@ class Stepper(Protocol):
 
     `releases_gil`: whether `step` spends its time outside the GIL (ONNX Runtime, torch), so
     that other Python work can run during it (the scheduler streams tokens meanwhile).
+    `costly_prompts`: whether `feed` costs model compute per token (a recurrent net runs its
+    graph over every prompt token; an n-gram state is only its last ids), so a scheduler bounds
+    the time of a prompt chunk only where it grows with the chunk.
     """
 
     releases_gil: bool
+    costly_prompts: bool
 
     @property
     def vocab(self) -> Vocabulary: ...
@@ -94,6 +98,7 @@ class RecurrentStepper:
     """Steps a recurrent backend; its state is a tuple of [layers, batch, hidden] arrays."""
 
     releases_gil = True  # ONNX Runtime and torch compute without the GIL
+    costly_prompts = True  # the graph runs over every prompt token
 
     def __init__(self, backend: RecurrentBackend) -> None:
         self.backend = backend
@@ -180,6 +185,7 @@ class ContextStepper:
     """
 
     releases_gil = False  # the n-gram kernel keeps it for a step's batch (too short to drop)
+    costly_prompts = False  # a prompt costs one distribution per row, whatever its length
 
     def __init__(self, backend: LanguageModelBackend, *, max_context: int | None = None) -> None:
         self.backend = backend
@@ -264,6 +270,7 @@ class InterpolatedStepper:
         self.parts = [make_stepper(b) for b in backend.components]
         # Mostly outside the GIL when a neural component dominates the step.
         self.releases_gil = any(p.releases_gil for p in self.parts)
+        self.costly_prompts = any(p.costly_prompts for p in self.parts)
         words = backend.vocab.words
         self._maps = [
             np.array([b.vocab.index.get(w, b.vocab.unk_id) for w in words], dtype=np.int64)

@@ -162,9 +162,11 @@ class GenerationScheduler:
         now_mono = time.monotonic()
         if prefill.pending:
             self._drop_prefilling(now_mono)
-            # While sequences run, a chunk takes about a share of their step's time.
+            # While sequences run, a chunk takes about a share of their step's time (where a
+            # chunk's time grows with its tokens: not for an n-gram model's ids).
+            timed = batch.steps and batch and getattr(self.stepper, "costly_prompts", True)
             share = self.limits.prefill_step_share
-            ready = prefill.advance(share * batch.step_seconds if batch.steps and batch else None)
+            ready = prefill.advance(share * batch.step_seconds if timed else None)
             with self._cond:  # the slots move from prefilling to running at once (`submit`)
                 if ready is not None:
                     batch.join(ready.streams, ready.log_probs, ready.state)
