@@ -7,13 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from lmserve.server.decoding.draw import DRAW_BLOCK, _draw_full, _threshold_weights
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.reference_sampling import draw_cumulative, filtered_probs
 from lmserve.server.decoding.sampling import (
-    DRAW_BLOCK,
     SequenceSampler,
-    _draw_full,
-    _threshold_weights,
     process_logits,
     request_generators,
     sample_next,

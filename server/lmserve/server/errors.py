@@ -7,7 +7,11 @@
     ├── Overloaded           -> RESOURCE_EXHAUSTED (a queue or limit is full; retry later)
     │   └── RequestTooLarge                        (the request is over a size limit)
     ├── DeadlineExceeded     -> DEADLINE_EXCEEDED
+    ├── Cancelled            -> CANCELLED         (the caller went away; work stopped early)
+    ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     ├── Unimplemented        -> UNIMPLEMENTED     (the RPC or option is not offered for this model)
+    ├── Cancelled            -> CANCELLED         (the caller stopped waiting; the work stopped)
+    ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     └── ModelLoadError                            (a model folder is broken; names file and reason)
         ├── ManifestError
         ├── ChecksumMismatch
@@ -60,6 +64,15 @@ class RequestTooLarge(Overloaded):
 
 class DeadlineExceeded(LmServeError):
     """The work did not finish before the caller's deadline."""
+
+
+class Cancelled(LmServeError):
+    """The caller stopped waiting (cancelled the call): the work was stopped, not finished."""
+
+
+class ModelOutputError(LmServeError):
+    """The model's output for one sequence cannot be decoded (NaN or +inf log-probabilities,
+    or no token with any probability): that sequence fails, the others go on."""
 
 
 class Unimplemented(LmServeError):

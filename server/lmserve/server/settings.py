@@ -77,6 +77,13 @@ class Settings(BaseSettings):
     max_n: int = Field(default=16, ge=1)
     max_beam_width: int = Field(default=64, ge=1)
     max_top_logprobs: int = Field(default=20, ge=0)
+    # Prompt tokens one scheduler iteration reads before it steps the running sequences, and
+    # the share of a step's time a chunk may take while sequences run (chunked prefill).
+    prefill_chunk_tokens: int = Field(default=512, ge=1)
+    prefill_step_share: float = Field(default=0.75, gt=0)
+    # Beam searches per model that run at once, and that may wait; beyond: RESOURCE_EXHAUSTED.
+    max_running_searches: int = Field(default=2, ge=1)
+    max_queued_searches: int = Field(default=64, ge=0)
 
     @classmethod
     def settings_customise_sources(

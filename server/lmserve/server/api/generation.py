@@ -19,7 +19,7 @@ from lmserve.server.decoding.params import (
     SamplingParams,
     StoppingParams,
 )
-from lmserve.server.engine.scheduler import GenerationLimits
+from lmserve.server.engine.generation_limits import GenerationLimits
 from lmserve.server.engine.sequence import Event, FinishEvent
 from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb

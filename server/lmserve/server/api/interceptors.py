@@ -32,6 +32,9 @@ STATUS_CODES: dict[type[errors.LmServeError], grpc.StatusCode] = {
     errors.Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
+    errors.Cancelled: grpc.StatusCode.CANCELLED,
+    # The model's own output was unusable (NaN, +inf): a server-side failure, said plainly.
+    errors.ModelOutputError: grpc.StatusCode.INTERNAL,
 }
 
 # The model label of the current RPC, set by the servicer once it knows the name is real (so

@@ -6,6 +6,8 @@ removes sequences between steps and beam search reorders (and duplicates) beams:
 
     lp, state = stepper.prefill([[5, 6], [7]])        # log P(next | <s> prompt) [2, V], nats
     lp, state = stepper.step(np.array([3, 4]), state)  # feed one token per row
+    lp, state = stepper.feed([[8, 9], [3]], state)    # feed several tokens per row (prefill
+                                                      # in chunks: prefill = feed from the start)
     a, b = stepper.split(state)
     state = stepper.merge([b, a, a])                   # reorder and duplicate rows
     state = stepper.select(state, np.array([1, 0, 0])) # the same, in one gather
@@ -48,9 +50,13 @@ class Stepper(Protocol):
 
     `releases_gil`: whether `step` spends its time outside the GIL (ONNX Runtime, torch), so
     that other Python work can run during it (the scheduler streams tokens meanwhile).
+    `costly_prompts`: whether `feed` costs model compute per token (a recurrent net runs its
+    graph over every prompt token; an n-gram state is only its last ids), so a scheduler bounds
+    the time of a prompt chunk only where it grows with the chunk.
     """
 
     releases_gil: bool
+    costly_prompts: bool
 
     @property
     def vocab(self) -> Vocabulary: ...
@@ -67,6 +73,12 @@ class Stepper(Protocol):
         self, prompts: Sequence[Sequence[int]], *, bos: bool = True
     ) -> tuple[FloatArray, State]:
         """Reads `[<s>] prompt` per row: the next-token log-probs [B, V] and the state."""
+        ...
+
+    def feed(self, chunks: Sequence[Sequence[int]], state: State) -> tuple[FloatArray, State]:
+        """Reads each row's tokens (one at least) after `state`: the log-probs after each row's
+        last token [B, V] and the new state. `prefill` in pieces: a scheduler reads a long
+        prompt a chunk per iteration, between the steps of running sequences."""
         ...
 
     def split(self, state: State) -> list[State]:
@@ -86,6 +98,7 @@ class RecurrentStepper:
     """Steps a recurrent backend; its state is a tuple of [layers, batch, hidden] arrays."""
 
     releases_gil = True  # ONNX Runtime and torch compute without the GIL
+    costly_prompts = True  # the graph runs over every prompt token
 
     def __init__(self, backend: RecurrentBackend) -> None:
         self.backend = backend
@@ -106,28 +119,41 @@ class RecurrentStepper:
     def prefill(
         self, prompts: Sequence[Sequence[int]], *, bos: bool = True
     ) -> tuple[FloatArray, RecurrentState]:
-        # Rows of equal length run together (no padding reaches the state), chunk by chunk.
         inputs = [([self.vocab.bos_id] if bos else []) + [int(t) for t in p] for p in prompts]
         if any(not row for row in inputs):
             raise Unimplemented("a recurrent model needs <s> or a prompt to predict from")
-        out = np.empty((len(inputs), len(self.vocab)), dtype=np.float64)
-        states: list[RecurrentState | None] = [None] * len(inputs)
+        return self.feed(inputs, self.initial_state(len(inputs)))
+
+    def feed(
+        self, chunks: Sequence[Sequence[int]], state: RecurrentState
+    ) -> tuple[FloatArray, RecurrentState]:
+        # Rows of equal length run together (no padding reaches the state), in windows of
+        # max_chunk_tokens counted from each row's first token here.
+        if any(len(row) == 0 for row in chunks):
+            raise ValueError("feed needs at least one token per row")
+        out: FloatArray | None = None
+        rows_state: list[RecurrentState | None] = [None] * len(chunks)
         by_length: dict[int, list[int]] = {}
-        for i, row in enumerate(inputs):
+        for i, row in enumerate(chunks):
             by_length.setdefault(len(row), []).append(i)
-        chunk = self.backend.max_chunk_tokens
+        window = self.backend.max_chunk_tokens
         for length, rows in by_length.items():
-            tokens = np.asarray([inputs[i] for i in rows], dtype=np.int64)
-            state = self.backend.initial_state(len(rows))
+            tokens = np.asarray([list(chunks[i]) for i in rows], dtype=np.int64)
+            sub = state if len(rows) == len(chunks) else self.select(state, rows)
             log_probs = None
-            for start in range(0, length, chunk):
-                window = np.ascontiguousarray(tokens[:, start : start + chunk])
-                log_probs, state = self.backend.step(window, state)
+            for start in range(0, length, window):
+                piece = np.ascontiguousarray(tokens[:, start : start + window])
+                log_probs, sub = self.backend.step(piece, sub)
             assert log_probs is not None
+            if len(rows) == len(chunks):  # one group: no gather, no copy
+                return np.ascontiguousarray(log_probs[:, -1, :]), sub
+            if out is None:  # the model's own precision, as `step` returns
+                out = np.empty((len(chunks), log_probs.shape[2]), dtype=log_probs.dtype)
             out[rows] = log_probs[:, -1, :]
             for j, i in enumerate(rows):
-                states[i] = tuple(s[:, j : j + 1] for s in state)
-        return out, self.merge([s for s in states if s is not None])
+                rows_state[i] = tuple(s[:, j : j + 1] for s in sub)
+        assert out is not None
+        return out, self.merge([s for s in rows_state if s is not None])
 
     def split(self, state: RecurrentState) -> list[RecurrentState]:
         batch = state[0].shape[1]
@@ -159,6 +185,7 @@ class ContextStepper:
     """
 
     releases_gil = False  # the n-gram kernel keeps it for a step's batch (too short to drop)
+    costly_prompts = False  # a prompt costs one distribution per row, whatever its length
 
     def __init__(self, backend: LanguageModelBackend, *, max_context: int | None = None) -> None:
         self.backend = backend
@@ -207,6 +234,17 @@ class ContextStepper:
         state = tuple(self._cut((*head, *(int(t) for t in p))) for p in prompts)
         return self._distributions(state), state
 
+    def feed(
+        self, chunks: Sequence[Sequence[int]], state: ContextState
+    ) -> tuple[FloatArray, ContextState]:
+        if len(chunks) != len(state):
+            raise ValueError(f"{len(chunks)} chunks for a state of {len(state)} rows")
+        new_state = tuple(
+            self._cut((*ctx, *(int(t) for t in chunk)))
+            for ctx, chunk in zip(state, chunks, strict=True)
+        )
+        return self._distributions(new_state), new_state
+
     def split(self, state: ContextState) -> list[ContextState]:
         return [(ctx,) for ctx in state]
 
@@ -232,6 +270,7 @@ class InterpolatedStepper:
         self.parts = [make_stepper(b) for b in backend.components]
         # Mostly outside the GIL when a neural component dominates the step.
         self.releases_gil = any(p.releases_gil for p in self.parts)
+        self.costly_prompts = any(p.costly_prompts for p in self.parts)
         words = backend.vocab.words
         self._maps = [
             np.array([b.vocab.index.get(w, b.vocab.unk_id) for w in words], dtype=np.int64)
@@ -266,6 +305,15 @@ class InterpolatedStepper:
         results = [
             p.prefill([m[np.asarray(q, dtype=np.int64)].tolist() for q in prompts], bos=bos)
             for p, m in zip(self.parts, self._maps, strict=True)
+        ]
+        return self._mix([lp for lp, _ in results]), tuple(s for _, s in results)
+
+    def feed(
+        self, chunks: Sequence[Sequence[int]], state: InterpolatedState
+    ) -> tuple[FloatArray, InterpolatedState]:
+        results = [
+            p.feed([m[np.asarray(c, dtype=np.int64)].tolist() for c in chunks], s)
+            for p, m, s in zip(self.parts, self._maps, state, strict=True)
         ]
         return self._mix([lp for lp, _ in results]), tuple(s for _, s in results)
 

@@ -8,7 +8,8 @@
  * u in (0, 1]; a token of weight 0 is never chosen. `draw_logits` weighs token i by
  * exp((x_i - max) * inv_temp), exp(-inf) = 0 (banned tokens), with each row's max given
  * (numpy's vectorised max: a float max reduction does not vectorise in portable C). `out` is
- * int64 per row.
+ * int64 per row. A row with no positive weight, or with NaN or +inf values (weights, or
+ * logits above the row's given max), raises ValueError naming the row: never a wrong token.
  *
  * The same two-level search as `decoding.sampling._draw_blocks`: the row is cut into blocks of
  * BLOCK tokens; one pass computes the weights (kept in a scratch row) and each block's sum,
@@ -41,11 +42,14 @@
 #define ALWAYS_INLINE inline
 #endif
 
-/* exp(x) for x <= 0; 0 below -87 (float32's smallest normal is exp(-87.3)) and for -inf. */
+/* exp(x) for x <= 0; 0 below -87 (float32's smallest normal is exp(-87.3)) and for -inf;
+ * NaN for NaN and for x > 0 (a row holding NaN or +inf, or a wrong max), so that the row's
+ * total becomes NaN and the row is refused rather than drawn from. The argument is clamped to
+ * [-87, 0] first, NaN included, so the float-to-int conversion below is always defined. */
 static ALWAYS_INLINE float
 exp_nonpositive(float x)
 {
-    const float xc = x < -87.0f ? -87.0f : x;
+    const float xc = x > -87.0f ? (x < 0.0f ? x : 0.0f) : -87.0f;
     const float fx = xc * 1.44269504088896341f; /* x / ln 2, in [-125.6, 0] */
     const float n = (float)(int)(fx - 0.5f);    /* round to nearest for fx <= 0 */
     float r = xc - n * 0.693359375f;            /* Cody-Waite: ln 2 in two parts */
@@ -60,7 +64,8 @@ exp_nonpositive(float x)
     const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 0] */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return x < -87.0f ? 0.0f : p * scale;
+    const float w = p * scale;
+    return x < -87.0f ? 0.0f : (x <= 0.0f ? w : NAN);
 }
 
 /* Sum of w[0:n) (n <= BLOCK) in lanes, then in double. */
@@ -114,11 +119,11 @@ sum_blocks(const float *w, Py_ssize_t n, double *sums)
 }
 
 /* The first index whose cumulative weight reaches u * total, never one of weight 0; -1 when
- * the row has no weight. */
+ * the row has no weight, or NaN or infinite weight (its total is then NaN or inf). */
 static Py_ssize_t
 search(const float *w, Py_ssize_t n, const double *sums, double total, double u)
 {
-    if (!(total > 0.0)) {
+    if (!(total > 0.0) || total == (double)INFINITY) {
         return -1;
     }
     const double target = u * total;
@@ -245,7 +250,8 @@ draw(PyObject *const *args, Py_ssize_t nargs, int from_logits)
         PyEval_RestoreThread(released);
     }
     if (bad >= 0) {
-        PyErr_Format(PyExc_ValueError, "row %zd has no token of positive weight", bad);
+        PyErr_Format(PyExc_ValueError, "row %zd has no token of positive weight "
+                                         "(or NaN/inf weights)", bad);
         goto done;
     }
     result = Py_NewRef(Py_None);

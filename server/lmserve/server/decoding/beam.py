@@ -34,6 +34,7 @@ import numpy.typing as npt
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.decoding.stopping import FinishReason
+from lmserve.server.errors import Cancelled
 
 IdArray = npt.NDArray[np.int64]
 
@@ -172,21 +173,31 @@ def beam_search(
     params: BeamParams,
     *,
     bos: bool = True,
-    cancelled: Callable[[], bool] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[Hypothesis]:
     """Runs a whole search, one batched step over the live beams per length.
 
-    `cancelled` is polled between steps; when it answers True the search stops and returns
-    what finished so far.
+    `should_stop` is asked before the prompt is read and before every step: when it answers
+    True the search ends with `Cancelled` (it may raise an error of its own instead, such as
+    DeadlineExceeded), so a search nobody waits for costs one step more at most.
     """
     vocab = stepper.vocab
+    _check(should_stop, 0)
     log_probs, state = stepper.prefill([list(prompt_ids)], bos=bos)
     search = BeamSearch(params, prompt_ids, eos_id=vocab.eos_id, bos_id=vocab.bos_id)
+    steps = 0
     while True:
         parents, tokens = search.advance(log_probs)
-        if search.done or (cancelled is not None and cancelled()):
+        if search.done:
             break
+        _check(should_stop, steps)
         # Each new beam continues from its parent's state: reorder (and duplicate) the rows.
         state = stepper.select(state, parents)
         log_probs, state = stepper.step(tokens, state)
+        steps += 1
     return search.results()
+
+
+def _check(should_stop: Callable[[], bool] | None, steps: int) -> None:
+    if should_stop is not None and should_stop():
+        raise Cancelled(f"beam search stopped after {steps} steps: nobody waits for it")

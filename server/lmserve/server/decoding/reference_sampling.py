@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import FloatArray
+from lmserve.server.decoding.draw import BoolArray, IdArray, LogitArray
 from lmserve.server.decoding.params import SamplingParams
-from lmserve.server.decoding.sampling import BoolArray, IdArray, LogitArray
 
 # The first cut to candidates; rows whose set does not fit are redone over the vocabulary.
 DEFAULT_CANDIDATES = 256

@@ -65,11 +65,13 @@ def new_decoders(
 
 @dataclass(frozen=True)
 class Drawn:
-    """One token per row: ids, their natural log-probs (unfiltered), and the best alternatives."""
+    """One token per row: ids, their natural log-probs (unfiltered), and the best alternatives;
+    `failed`: rows the model gave NaN/inf (or no possible token), where nothing was drawn."""
 
     ids: list[int]
     log_probs: list[float]
     top: list[tuple[tuple[int, float], ...]]
+    failed: tuple[int, ...] = ()
 
 
 def sample(active: Sequence[Any], log_probs: npt.NDArray[Any], vocab: Any) -> Drawn:
@@ -91,7 +93,7 @@ def sample(active: Sequence[Any], log_probs: npt.NDArray[Any], vocab: Any) -> Dr
             tuple(zip(i[: d.params.top_logprobs], p[: d.params.top_logprobs], strict=True))
             for d, i, p in zip(decoders, ids, lps, strict=True)
         ]
-    return Drawn(out.token_ids.tolist(), out.log_probs.tolist(), tops)
+    return Drawn(out.token_ids.tolist(), out.log_probs.tolist(), tops, out.failed)
 
 
 def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, FinishReason | None]:

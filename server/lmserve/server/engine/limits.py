@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lmserve.server.engine.scheduler import GenerationLimits
+from lmserve.server.engine.generation_limits import GenerationLimits
 from lmserve.server.engine.scoring_queue import ScoringLimits
 from lmserve.server.engine.sessions import SessionLimits
 from lmserve.server.settings import Settings
@@ -61,6 +61,10 @@ class EngineLimits:
                 max_n=settings.max_n,
                 max_beam_width=settings.max_beam_width,
                 max_top_logprobs=settings.max_top_logprobs,
+                prefill_chunk_tokens=settings.prefill_chunk_tokens,
+                prefill_step_share=settings.prefill_step_share,
+                max_running_searches=settings.max_running_searches,
+                max_queued_searches=settings.max_queued_searches,
             ),
             sessions=SessionLimits(
                 max_sessions=settings.complete_max_sessions,

@@ -28,6 +28,7 @@ from lmserve.server.backends.stepping import Stepper, make_stepper
 from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory
 from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.decoding.scoring import PreparedScoring, ScoredTexts, ScoreOptions, Scorer
+from lmserve.server.engine.beam_runner import BeamRunner
 from lmserve.server.engine.completion import Completer
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.scheduler import GenerationScheduler
@@ -90,6 +91,7 @@ class ServedModel:
         )
         self._scheduler: GenerationScheduler | None = None
         self._lock = threading.Lock()
+        self.beams = BeamRunner(self.name, self.stepper, limits.generation)
         manifest = entry.manifest
         # Autocomplete: the word prefix index is built here, at load.
         self.completer = Completer(
@@ -276,10 +278,9 @@ class ServedModel:
     async def beam_search(
         self, prompt_ids: list[int], params: Any, deadline: float | None
     ) -> list[Any]:
-        """The n best continuations (decoding.beam), off the event loop."""
-        from lmserve.server.decoding.beam import beam_search
-
-        return await asyncio.to_thread(beam_search, self.stepper, prompt_ids, params)
+        """The n best continuations, on the model's beam threads (`BeamRunner`): stopped
+        within a step when the caller leaves or the deadline passes."""
+        return await self.beams.run(prompt_ids, params, deadline)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -287,6 +288,7 @@ class ServedModel:
         """Stops the model's threads; never waits behind model work."""
         self._scoring.close()
         self.completer.close()
+        self.beams.close()
         with self._lock:
             scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
