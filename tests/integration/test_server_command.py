@@ -81,3 +81,43 @@ def test_serve_answers_and_stops_on_sigterm(imported_repository: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_sigterm_never_waits_behind_model_work(tmp_path: Path, repo_root: Path) -> None:
+    # Regression: beam searches ran in the default thread pool, so a SIGTERM hung behind them.
+    (tmp_path / "kjv-lstm").symlink_to(repo_root / "models" / "kjv-lstm")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LMSERVE_")}
+    command = [sys.executable, "-m", "lmserve.server.cli", "serve", "--host", "127.0.0.1"]
+    command += ["--port", "0", "--metrics-port", "0", "--model-repository", str(tmp_path)]
+    command += ["--grace-period-seconds", "1"]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        port = _wait_for_port(process, time.monotonic() + 60)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
+        beams = [
+            stub.BeamSearch.future(
+                pb.BeamSearchRequest(
+                    model="kjv-lstm",
+                    prompt="and god said",
+                    beam_width=64,
+                    min_length=4000,  # no </s>: minutes of work
+                    max_length=4096,
+                )
+            )
+            for _ in range(3)
+        ]
+        text = " ".join(["and the lord spake unto moses saying"] * 100)
+        score = stub.Score.future(pb.ScoreRequest(model="kjv-lstm", texts=[text] * 200))
+        time.sleep(1.0)  # the work is running
+        assert not score.done(), score.exception()
+        assert not any(b.done() for b in beams), [b.exception() for b in beams if b.done()]
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        assert time.monotonic() - started < 10
+        channel.close()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -17,8 +17,9 @@ from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import ContextStepper, Stepper, make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
-from lmserve.server.engine.generation_limits import GenerationLimits, GenerationScheduler
+from lmserve.server.engine.generation_limits import GenerationLimits
 from lmserve.server.engine.prefill import Prefill
+from lmserve.server.engine.scheduler import GenerationScheduler
 from lmserve.server.engine.sequence import (
     FinishEvent,
     GenerationRequest,
