@@ -13,8 +13,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lmserve.client.client import DEFAULT_TARGET, AsyncLmServeClient, LmServeClient
+    from lmserve.client.async_client import AsyncLmServeClient
+    from lmserve.client.client import DEFAULT_TARGET, LmServeClient
     from lmserve.client.complete import AsyncCompletionSession, CompletionSession
+    from lmserve.client.completion_types import Completion
     from lmserve.client.errors import (
         DeadlineExceededError,
         InvalidArgumentError,
@@ -23,21 +25,22 @@ if TYPE_CHECKING:
         ResourceExhaustedError,
         UnavailableError,
     )
+    from lmserve.client.rerank_types import (
+        NBestHypothesis,
+        NBestInputError,
+        NBestList,
+        RerankedHypothesis,
+        RerankedList,
+        RerankedLists,
+    )
     from lmserve.client.types import (
         BeamHypothesis,
-        Completion,
         GeneratedToken,
         GenerationFinished,
         HealthStatus,
         ModelInfo,
-        NBestHypothesis,
-        NBestInputError,
-        NBestList,
         PerplexityStats,
         Provenance,
-        RerankedHypothesis,
-        RerankedList,
-        RerankedLists,
         SpecialTokens,
         TextScore,
         TokenizerInfo,
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
 
 _WHERE: dict[str, str] = {
     "DEFAULT_TARGET": "client",
-    "AsyncLmServeClient": "client",
+    "AsyncLmServeClient": "async_client",
     "LmServeClient": "client",
     "AsyncCompletionSession": "complete",
     "CompletionSession": "complete",
@@ -57,17 +60,17 @@ _WHERE: dict[str, str] = {
     "ResourceExhaustedError": "errors",
     "UnavailableError": "errors",
     "BeamHypothesis": "types",
-    "Completion": "types",
+    "Completion": "completion_types",
     "GeneratedToken": "types",
     "GenerationFinished": "types",
     "HealthStatus": "types",
     "ModelInfo": "types",
-    "NBestHypothesis": "types",
-    "NBestInputError": "types",
-    "NBestList": "types",
-    "RerankedHypothesis": "types",
-    "RerankedList": "types",
-    "RerankedLists": "types",
+    "NBestHypothesis": "rerank_types",
+    "NBestInputError": "rerank_types",
+    "NBestList": "rerank_types",
+    "RerankedHypothesis": "rerank_types",
+    "RerankedList": "rerank_types",
+    "RerankedLists": "rerank_types",
     "PerplexityStats": "types",
     "Provenance": "types",
     "SpecialTokens": "types",

@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from lmserve.client.types import (
-    GeneratedToken,
-    GenerationFinished,
+from lmserve.client.rerank_types import (
     NBestInputError,
     NBestList,
     as_nbest_list,
     finite_number,
     finite_scores,
 )
+from lmserve.client.types import GeneratedToken, GenerationFinished
 from lmserve.v1 import lm_service_pb2 as pb
 
 # Texts as strings, or texts already cut into tokens.

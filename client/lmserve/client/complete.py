@@ -24,8 +24,8 @@ from typing import Any, Self
 import grpc
 import grpc.aio
 
+from lmserve.client.completion_types import Completion
 from lmserve.client.errors import LmServeClientError, error_for_status, from_rpc_error
-from lmserve.client.types import Completion
 from lmserve.v1 import lm_service_pb2 as pb
 
 # The statuses after which an edit is sent again on a new stream: the server is gone (or

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from lmserve.client.types import (
+from lmserve.client.rerank_types import (
     NBestHypothesis,
     NBestInputError,
     NBestList,

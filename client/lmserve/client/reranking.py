@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lmserve.client.types import NBestList, RerankedList
+from lmserve.client.rerank_types import NBestList, RerankedList
 
 
 def combined_score(

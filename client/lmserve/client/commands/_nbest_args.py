@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from lmserve.client.commands._common import positive_int
 
 if TYPE_CHECKING:
-    from lmserve.client.types import NBestList
+    from lmserve.client.rerank_types import NBestList
 
 LENGTH_UNITS = ("words", "tokens", "characters")
 

@@ -21,7 +21,7 @@ from lmserve.client.commands._progress import Progress
 
 if TYPE_CHECKING:
     from lmserve.client import LmServeClient
-    from lmserve.client.types import NBestList
+    from lmserve.client.rerank_types import NBestList
 
 HELP = "Rerank n-best lists (JSON lines or SRILM) with a model of a running server."
 
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lmserve.client import nbest
-    from lmserve.client.types import NBestInputError
+    from lmserve.client.rerank_types import NBestInputError
 
     write = nbest.write_jsonl if args.output == "jsonl" else nbest.write_1best
     progress = Progress(

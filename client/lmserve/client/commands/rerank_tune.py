@@ -57,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lmserve.client.rerank_types import NBestInputError
     from lmserve.client.reranking import best_point, grid_search
-    from lmserve.client.types import NBestInputError
 
     try:
         import jiwer

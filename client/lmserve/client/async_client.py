@@ -1,0 +1,294 @@
+"""The asyncio client of the lmserve.v1 LanguageModelService: `LmServeClient`'s methods, to be
+awaited (or iterated with `async for`), built on `grpc.aio`. Shares its request building,
+error mapping and health naming with the sync client (`_calls.py`, `_requests.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from lmserve.client import _requests as req
+from lmserve.client._calls import (
+    DEFAULT_TARGET,
+    DEFAULT_TIMEOUT,
+    HEALTH_NAMES,
+    AsyncRequests,
+    RerankOptions,
+    health_from_model,
+    health_service,
+    rpc_errors,
+    score_calls,
+    scores,
+)
+from lmserve.client.complete import AsyncCompletionSession
+from lmserve.client.errors import ModelNotFoundError, from_rpc_error
+from lmserve.client.rerank_types import RerankedLists
+from lmserve.client.types import (
+    BeamHypothesis,
+    GenerationEvent,
+    HealthStatus,
+    ModelInfo,
+    PerplexityStats,
+    TextScore,
+)
+from lmserve.v1 import lm_service_pb2 as pb
+from lmserve.v1 import lm_service_pb2_grpc
+
+
+class AsyncLmServeClient:
+    """asyncio client with the same methods as LmServeClient, to be awaited.
+
+    >>> async with AsyncLmServeClient("localhost:50051") as client:
+    ...     stats = await client.perplexity("kjv-5gram", ["and god said"])
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        opts = [*req.CHANNEL_OPTIONS, *options]
+        if credentials is not None:
+            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=opts)
+        self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._score, self._score_stream = score_calls(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _t(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout
+
+    async def list_models(self, *, timeout: float | None = None) -> list[ModelInfo]:
+        with rpc_errors():
+            resp = await self._stub.ListModels(pb.ListModelsRequest(), timeout=self._t(timeout))
+        return [ModelInfo.from_proto(m) for m in resp.models]
+
+    async def get_model(self, model: str, *, timeout: float | None = None) -> ModelInfo:
+        with rpc_errors():
+            resp = await self._stub.GetModel(
+                pb.GetModelRequest(model=model), timeout=self._t(timeout)
+            )
+        return ModelInfo.from_proto(resp.model)
+
+    async def score(
+        self,
+        model: str,
+        inputs: req.Inputs,
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        return_tokens: bool = False,
+        timeout: float | None = None,
+    ) -> list[TextScore]:
+        request = req.score_request(model, inputs, bos, eos, return_tokens)
+        with rpc_errors():
+            resp = await self._score(request, timeout=self._t(timeout))
+        return scores(resp, return_tokens)
+
+    async def score_stream(
+        self,
+        model: str,
+        batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs],
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        return_tokens: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[list[TextScore]]:
+        """As `LmServeClient.score_stream`, from sync or async batches:
+        `async for scores in client.score_stream(model, batches)`."""
+        requests: AsyncRequests[pb.ScoreRequest] = AsyncRequests(
+            batches, lambda batch: req.score_request(model, batch, bos, eos, return_tokens)
+        )
+        call = self._score_stream(requests.__aiter__(), timeout=self._t(timeout))
+        try:
+            with requests.errors():
+                async for resp in call:
+                    yield scores(resp, return_tokens)
+        finally:
+            call.cancel()
+
+    async def perplexity(
+        self,
+        model: str,
+        inputs: req.Inputs,
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> PerplexityStats:
+        request = req.perplexity_request(model, inputs, bos, eos)
+        with rpc_errors():
+            resp = await self._stub.Perplexity(request, timeout=self._t(timeout))
+        return PerplexityStats.from_proto(resp.stats)
+
+    async def corpus_perplexity(
+        self,
+        model: str,
+        batches: Iterable[req.Inputs] | AsyncIterable[req.Inputs],
+        *,
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> PerplexityStats:
+        """Streams sync or async batches; one answer at the end."""
+        requests: AsyncRequests[pb.CorpusPerplexityRequest] = AsyncRequests(
+            batches, lambda batch: req.corpus_request(model, batch, bos, eos)
+        )
+        with requests.errors():
+            resp = await self._stub.CorpusPerplexity(requests.__aiter__(), timeout=self._t(timeout))
+        return PerplexityStats.from_proto(resp.stats)
+
+    async def generate(
+        self,
+        model: str,
+        prompt: str | Sequence[int] = "",
+        *,
+        max_new_tokens: int = 20,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> AsyncIterator[GenerationEvent]:
+        """As `LmServeClient.generate`: `async for event in client.generate(...)`."""
+        request = req.generate_request(model, prompt, max_new_tokens=max_new_tokens, **options)
+        call = self._stub.Generate(request, timeout=self._t(timeout))
+        try:
+            with rpc_errors():
+                async for resp in call:
+                    for event in req.generation_events(resp):
+                        yield event
+        finally:
+            call.cancel()
+
+    async def beam_search(
+        self,
+        model: str,
+        prompt: str | Sequence[int] = "",
+        *,
+        beam_width: int = 4,
+        max_length: int = 20,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> list[BeamHypothesis]:
+        request = req.beam_search_request(
+            model, prompt, beam_width=beam_width, max_length=max_length, **options
+        )
+        with rpc_errors():
+            resp = await self._stub.BeamSearch(request, timeout=self._t(timeout))
+        return [BeamHypothesis.from_proto(h) for h in resp.hypotheses]
+
+    async def rerank(
+        self,
+        model: str,
+        lists: req.NBestLists,
+        *,
+        score_weights: Mapping[str, float] | None = None,
+        lm_weight: float = 1.0,
+        length_bonus: float = 0.0,
+        length_unit: str = "words",
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> RerankedLists:
+        """As `LmServeClient.rerank`."""
+        opts = RerankOptions(
+            model,
+            score_weights=score_weights,
+            lm_weight=lm_weight,
+            length_bonus=length_bonus,
+            length_unit=length_unit,
+            bos=bos,
+            eos=eos,
+        )
+        request = opts.request(lists)
+        with rpc_errors():
+            resp = await self._stub.Rerank(request, timeout=self._t(timeout))
+        return RerankedLists.from_proto(resp)
+
+    async def rerank_stream(
+        self,
+        model: str,
+        batches: Iterable[req.NBestLists] | AsyncIterable[req.NBestLists],
+        *,
+        score_weights: Mapping[str, float] | None = None,
+        lm_weight: float = 1.0,
+        length_bonus: float = 0.0,
+        length_unit: str = "words",
+        bos: bool = True,
+        eos: bool = True,
+        timeout: float | None = None,
+    ) -> AsyncIterator[RerankedLists]:
+        """As `LmServeClient.rerank_stream`, from sync or async batches."""
+        opts = RerankOptions(
+            model,
+            score_weights=score_weights,
+            lm_weight=lm_weight,
+            length_bonus=length_bonus,
+            length_unit=length_unit,
+            bos=bos,
+            eos=eos,
+        )
+        counter = iter(range(1 << 62))
+        requests: AsyncRequests[pb.RerankRequest] = AsyncRequests(
+            batches, lambda batch: opts.stream_request(next(counter), batch)
+        )
+        call = self._stub.RerankStream(requests.__aiter__(), timeout=self._t(timeout))
+        try:
+            with requests.errors():
+                async for resp in call:
+                    yield RerankedLists.from_proto(resp)
+        finally:
+            call.cancel()
+
+    def complete(
+        self, model: str, *, k: int = 3, session_id: str | None = None
+    ) -> AsyncCompletionSession:
+        """As `LmServeClient.complete`: `async with client.complete(model) as session`."""
+        return AsyncCompletionSession(self._stub.Complete, model, k=k, session_id=session_id)
+
+    async def health(
+        self, model: str | None = None, *, timeout: float | None = None
+    ) -> HealthStatus:
+        service = health_service(model)
+        try:
+            resp = await self._health.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=self._t(timeout)
+            )
+        except grpc.RpcError as exc:
+            err = from_rpc_error(exc)
+            if model and isinstance(err, ModelNotFoundError):
+                return health_from_model(await self.get_model(model, timeout=timeout))
+            raise err from None
+        return HealthStatus(service, HEALTH_NAMES.get(resp.status, "UNKNOWN"))
+
+    @property
+    def stub(self) -> lm_service_pb2_grpc.LanguageModelServiceStub:
+        return self._stub
+
+
+__all__ = ["AsyncLmServeClient"]
