@@ -124,7 +124,8 @@ def test_rerank_stream_answers_in_order_and_names_a_bad_batch(target: str) -> No
         with pytest.raises(NBestInputError) as info:
             for answer in client.rerank_stream("m", bad):
                 seen.append(answer[0].id)
-        assert seen == ["u1"]
+        # The bad batch cancels the call: the first answer may or may not have arrived by then.
+        assert seen == ["u1"][: len(seen)]
         assert info.value.field == "requests[1].lists[1].hypotheses[0]"
         with pytest.raises(InvalidArgumentError, match=r"requests\[1\]\.lists: empty"):
             list(client.rerank_stream("m", [[LISTS[0]], []]))
