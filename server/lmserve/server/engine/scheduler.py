@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lmserve.server.backends.stepping import Stepper, make_stepper
+from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine.admission import Admission
@@ -48,7 +48,7 @@ from lmserve.server.engine.sequence import Event, GenerationRequest, GenerationS
 from lmserve.server.errors import Overloaded
 from lmserve.server.metrics import Metrics
 
-__all__ = ["GenerationLimits", "GenerationScheduler", "SchedulerPool"]
+__all__ = ["GenerationLimits", "GenerationScheduler"]
 
 log = logging.getLogger(__name__)
 
@@ -237,48 +237,3 @@ class GenerationScheduler:
     def _set_pending(self, count: int) -> None:
         if self._metrics is not None:
             self._metrics.pending_requests.labels(model=self.model).set(count)
-
-
-class SchedulerPool:
-    """The schedulers of a server, one per model, each created on the model's first Generate."""
-
-    def __init__(
-        self,
-        limits: GenerationLimits,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self.limits = limits
-        self._metrics = metrics
-        self._schedulers: dict[str, GenerationScheduler] = {}
-        self._steppers: dict[str, Any] = {}
-        self._lock = threading.Lock()
-
-    def stepper(self, name: str, backend: Any) -> Any:
-        """The model's Stepper (stateless, shared by its scheduler and beam searches)."""
-        with self._lock:
-            stepper = self._steppers.get(name)
-            if stepper is None:
-                stepper = self._steppers[name] = make_stepper(backend)
-            return stepper
-
-    def get(
-        self, name: str, backend: Any, detokenizer: Callable[[], Detokenizer] | None = None
-    ) -> GenerationScheduler:
-        stepper = self.stepper(name, backend)
-        with self._lock:
-            scheduler = self._schedulers.get(name)
-            if scheduler is None:
-                scheduler = GenerationScheduler(
-                    name, stepper, backend.vocab, self.limits, self._metrics, detokenizer
-                )
-                self._schedulers[name] = scheduler
-            return scheduler
-
-    def __getitem__(self, name: str) -> GenerationScheduler:
-        return self._schedulers[name]
-
-    def close(self) -> None:
-        with self._lock:
-            schedulers, self._schedulers = list(self._schedulers.values()), {}
-        for scheduler in schedulers:
-            scheduler.close()

@@ -33,13 +33,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend
 from lmserve.server.decoding.scoring import PreparedScoring
+from lmserve.server.engine.scoring_jobs import Job, StepJob, resolve
 from lmserve.server.engine.scoring_units import concat, cut_units, gather
 from lmserve.server.errors import DeadlineExceeded, ModelUnavailable, Overloaded
 from lmserve.server.metrics import Metrics
@@ -65,72 +65,6 @@ class ScoringLimits:
     inline_tokens: int = 8192
 
 
-@dataclass(eq=False)  # identity: two jobs with equal texts are still two jobs
-class _Job:
-    """One request's scoring: its units still to run and the results gathered so far."""
-
-    prepared: PreparedScoring
-    deadline: float | None
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[BatchScores]
-    units: deque[np.ndarray]
-    totals: np.ndarray
-    token_log_probs: np.ndarray | None
-    ngram_lengths: np.ndarray | None
-    token_offsets: np.ndarray | None
-    tokens: int
-    enqueued: float = field(default_factory=time.perf_counter)
-    cancelled: bool = False
-    # Passes run since this request was last served (shortest-first with a bound).
-    skipped: int = 0
-    # Positions not yet handed to a pass.
-    remaining: int = 0
-
-    def __post_init__(self) -> None:
-        self.remaining = self.tokens
-
-    def width(self, unit: np.ndarray) -> int:
-        """The unit's longest text (scored positions)."""
-        lengths = self.prepared.lengths
-        return int(lengths[unit].max()) if len(unit) else 0
-
-    def take(self) -> np.ndarray:
-        """The next unit; the work left shrinks by its positions."""
-        unit = self.units.popleft()
-        self.remaining -= len(unit) * max(self.width(unit), 1)
-        return unit
-
-    @property
-    def key(self) -> tuple[bool, bool]:
-        options = self.prepared.options
-        return options.bos, options.eos
-
-    def expired(self, now: float) -> bool:
-        return self.deadline is not None and now >= self.deadline
-
-
-@dataclass(eq=False)
-class _StepJob:
-    """Work that runs as a generator: each `next()` is one unit (e.g. one batched step of
-    prefix-shared scoring); it takes its turns like a scoring request."""
-
-    steps: Iterator[None]
-    deadline: float | None
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[None]
-    tokens: int
-    enqueued: float = field(default_factory=time.perf_counter)
-    cancelled: bool = False
-    skipped: int = 0
-
-    @property
-    def remaining(self) -> int:
-        return self.tokens
-
-    def expired(self, now: float) -> bool:
-        return self.deadline is not None and now >= self.deadline
-
-
 class ScoringQueue:
     """One model's scoring work, run in bounded units by one worker thread (see module doc)."""
 
@@ -149,7 +83,7 @@ class ScoringQueue:
         self._metrics = metrics
         # Whether small requests run on the caller's thread (cheap n-gram lookups).
         self._inline = inline
-        self._jobs: deque[_Job | _StepJob] = deque()
+        self._jobs: deque[Job | StepJob] = deque()
         self._queued_tokens = 0
         self._cond = threading.Condition()
         self._closed = False
@@ -176,17 +110,17 @@ class ScoringQueue:
     async def run_steps(
         self, steps: Iterator[None], tokens: int, deadline: float | None = None
     ) -> None:
-        """Runs a generator of units on the worker, one unit per turn (see `_StepJob`);
+        """Runs a generator of units on the worker, one unit per turn (see `StepJob`);
         `tokens` is the work it stands for, counted against `max_queued_tokens`."""
         loop = asyncio.get_running_loop()
-        job = _StepJob(steps, deadline, loop, loop.create_future(), tokens)
+        job = StepJob(steps, deadline, loop, loop.create_future(), tokens)
         self._enqueue(job)
         try:
             await job.future
         finally:
             job.cancelled = True
 
-    def _enqueue(self, job: _Job | _StepJob) -> None:
+    def _enqueue(self, job: Job | StepJob) -> None:
         tokens = job.tokens
         with self._cond:
             if self._closed:
@@ -201,7 +135,7 @@ class ScoringQueue:
             self._queued_tokens += tokens
             self._cond.notify()
 
-    def _job(self, prepared: PreparedScoring, deadline: float | None, tokens: int) -> _Job:
+    def _job(self, prepared: PreparedScoring, deadline: float | None, tokens: int) -> Job:
         batch = prepared.batch
         n = batch.batch_size
         lengths = prepared.lengths + (1 if prepared.options.eos else 0)
@@ -210,7 +144,7 @@ class ScoringQueue:
             token_offsets = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(lengths, out=token_offsets[1:])
         loop = asyncio.get_running_loop()
-        return _Job(
+        return Job(
             prepared=prepared,
             deadline=deadline,
             loop=loop,
@@ -247,20 +181,20 @@ class ScoringQueue:
                     return
                 picked = self._pick()
             try:
-                if isinstance(picked, _StepJob):
+                if isinstance(picked, StepJob):
                     self._run_step(picked)
                 elif picked:
                     self._run_pass(picked)
             except Exception as exc:  # a bug here must not stop the worker or strand callers
                 log.exception("scoring worker of %s", self.model)
-                jobs = [picked] if isinstance(picked, _StepJob) else [j for j, _ in picked]
+                jobs = [picked] if isinstance(picked, StepJob) else [j for j, _ in picked]
                 with self._cond:
                     for job in jobs:
                         self._drop(job)
                 for job in jobs:
                     self._fail(job, exc)
 
-    def _pick(self) -> list[tuple[_Job, np.ndarray]] | _StepJob:
+    def _pick(self) -> list[tuple[Job, np.ndarray]] | StepJob:
         """The next pass: the head unit of the request with the least work left (one that was
         passed over `MAX_SKIPS` times in a row goes first instead), plus the units of small
         requests (whose whole remaining work is one unit) with the same options and similar
@@ -277,19 +211,19 @@ class ScoringQueue:
             return []
         starved = max(self._jobs, key=lambda j: j.skipped)
         if starved.skipped >= MAX_SKIPS:
-            first: _Job | _StepJob = starved
+            first: Job | StepJob = starved
         else:
             first = min(self._jobs, key=lambda j: j.remaining)
         for job in self._jobs:
             job.skipped += 1
         first.skipped = 0
-        if isinstance(first, _StepJob):
+        if isinstance(first, StepJob):
             return first
         picked = [(first, first.take())]
         width = first.width(picked[0][1])
         rows = len(picked[0][1])
         for job in list(self._jobs):
-            if not isinstance(job, _Job) or job is first or job.key != first.key:
+            if not isinstance(job, Job) or job is first or job.key != first.key:
                 continue
             if len(job.units) != 1:  # a long request's units never ride in others' passes
                 continue
@@ -310,7 +244,7 @@ class ScoringQueue:
                 self._drop(job)  # its last unit is in this pass
         return picked
 
-    def _run_step(self, job: _StepJob) -> None:
+    def _run_step(self, job: StepJob) -> None:
         """One unit of a generator job; its end (or failure) resolves the caller."""
         started = time.perf_counter()
         try:
@@ -318,25 +252,25 @@ class ScoringQueue:
         except StopIteration:
             with self._cond:
                 self._drop(job)
-            _resolve(job, None)
+            resolve(job, None)
             return
         except Exception as exc:  # noqa: BLE001 - the failure belongs to this request only
             log.exception("scoring step of %s failed", self.model)
             with self._cond:
                 self._drop(job)
-            _resolve(job, exc)
+            resolve(job, exc)
             return
         self.passes += 1
         if self._metrics is not None and job.enqueued:
             self._metrics.queue_duration.labels(model=self.model).observe(started - job.enqueued)
             job.enqueued = 0.0
 
-    def _drop(self, job: _Job | _StepJob) -> None:
+    def _drop(self, job: Job | StepJob) -> None:
         if job in self._jobs:
             self._jobs.remove(job)
             self._queued_tokens -= job.tokens
 
-    def _run_pass(self, picked: list[tuple[_Job, np.ndarray]]) -> None:
+    def _run_pass(self, picked: list[tuple[Job, np.ndarray]]) -> None:
         """One forward pass over the picked units; results go to their requests' arrays."""
         started = time.perf_counter()
         jobs = [job for job, _ in picked]
@@ -365,7 +299,7 @@ class ScoringQueue:
             if not job.units and not job.cancelled:
                 self._finish(job)
 
-    def _store(self, job: _Job, unit: np.ndarray, scores: BatchScores, row: int) -> None:
+    def _store(self, job: Job, unit: np.ndarray, scores: BatchScores, row: int) -> None:
         n = len(unit)
         job.totals[unit] = scores.totals[row : row + n]
         if job.token_offsets is None:
@@ -382,19 +316,19 @@ class ScoringQueue:
                     job.ngram_lengths = np.zeros(len(job.token_log_probs), dtype=np.int32)
                 job.ngram_lengths[start : start + hi - lo] = scores.ngram_lengths[lo:hi]
 
-    def _finish(self, job: _Job) -> None:
+    def _finish(self, job: Job) -> None:
         result = BatchScores(
             totals=job.totals,
             token_log_probs=job.token_log_probs,
             token_offsets=job.token_offsets,
             ngram_lengths=job.ngram_lengths,
         )
-        _resolve(job, result)
+        resolve(job, result)
 
-    def _fail(self, job: _Job | _StepJob, exc: BaseException) -> None:
-        _resolve(job, exc)
+    def _fail(self, job: Job | StepJob, exc: BaseException) -> None:
+        resolve(job, exc)
 
-    def _record(self, jobs: list[_Job], started: float, rows: int) -> None:
+    def _record(self, jobs: list[Job], started: float, rows: int) -> None:
         metrics = self._metrics
         if metrics is None:
             return
@@ -404,22 +338,3 @@ class ScoringQueue:
             if job.enqueued:
                 queue.observe(started - job.enqueued)
                 job.enqueued = 0.0  # the wait before its first unit only
-
-
-def _resolve(job: _Job | _StepJob, outcome: Any) -> None:
-    """Hands the outcome to the waiting coroutine on its loop (from the worker thread)."""
-
-    def deliver() -> None:
-        if job.future.done():
-            return
-        if isinstance(outcome, BaseException):
-            job.future.set_exception(outcome)
-        else:
-            job.future.set_result(outcome)
-
-    if job.loop.is_closed():
-        return
-    try:
-        job.loop.call_soon_threadsafe(deliver)
-    except RuntimeError:  # the loop closed meanwhile
-        pass
