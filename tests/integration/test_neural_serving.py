@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import queue
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -294,3 +295,79 @@ def test_a_failing_request_does_not_poison_its_batch(
     good = [r for r in results if isinstance(r, float)]
     assert len(good) == 4 and max(good) - min(good) < 1e-6
     assert results[1] == results[4] == grpc.StatusCode.UNIMPLEMENTED
+
+
+N_BEST = [
+    "the cat sat on the mat",
+    "the cat sat on a mat",
+    "the cat sat",
+    "the dog sat on the mat",
+    "the cat sat on the mat the end",
+    "",
+]
+
+
+def _hypothesis(text: str) -> pb.Hypothesis:
+    """Text, or an empty token list for the empty hypothesis (proto3 cannot send text="")."""
+    return pb.Hypothesis(text=text) if text else pb.Hypothesis(tokens=pb.TokenList())
+
+
+@pytest.mark.parametrize("model", ["lstm-onnx", "lstm-ts", "mix"])
+def test_rerank_lm_scores_equal_score_and_prefixes_are_computed_once(
+    stub: lm_service_pb2_grpc.LanguageModelServiceStub, model: str
+) -> None:
+    request = pb.RerankRequest(
+        model=model,
+        lists=[
+            pb.NBestList(id="a", hypotheses=[_hypothesis(t) for t in N_BEST]),
+            pb.NBestList(id="b", hypotheses=[_hypothesis(t) for t in N_BEST[:3]]),
+        ],
+    )
+    response = stub.Rerank(request)
+    expected = [r.log_prob for r in _score(stub, model, N_BEST)]
+    for reranked, texts in zip(response.lists, (N_BEST, N_BEST[:3]), strict=True):
+        got = sorted((h.index, h.lm_log_prob) for h in reranked.hypotheses)
+        np.testing.assert_allclose([lp for _, lp in got], expected[: len(texts)], atol=1e-4)
+    assert response.request_tokens == sum(len(t.split()) + 1 for t in N_BEST + N_BEST[:3])
+    assert 0 < response.computed_tokens < response.request_tokens / 2
+
+
+def test_rerank_on_a_recurrent_model_refuses_bos_false(
+    stub: lm_service_pb2_grpc.LanguageModelServiceStub,
+) -> None:
+    request = pb.RerankRequest(
+        model="lstm-onnx",
+        lists=[pb.NBestList(hypotheses=[pb.Hypothesis(text=SENTENCE)])],
+        options=pb.ScoreOptions(bos=False),
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.Rerank(request)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize("model", ["lstm-onnx", "mix"])
+def test_complete_equals_a_brute_force_rescore(
+    stub: lm_service_pb2_grpc.LanguageModelServiceStub, model: str
+) -> None:
+    context = "the cat sat on"
+    words = [w for w in VOCAB if not w.startswith("<")]
+    no_eos = pb.ScoreOptions(eos=False)
+    texts = [context] + [f"{context} {w}" for w in words]
+    scored = stub.Score(pb.ScoreRequest(model=model, texts=texts, options=no_eos)).results
+    by_word = {w: r.log_prob - scored[0].log_prob for w, r in zip(words, scored[1:], strict=True)}
+    best = sorted(by_word.items(), key=lambda item: (-item[1], item[0]))
+    outbox: queue.Queue[pb.CompleteRequest | None] = queue.Queue()
+    answers = stub.Complete(iter(outbox.get, None), timeout=10)
+    outbox.put(pb.CompleteRequest(model=model, append_text=context, k=4))
+    first = next(answers)  # one message at a time: a waiting newer one would skip this one
+    outbox.put(pb.CompleteRequest(partial_word="t", k=3))  # no model step: partial word only
+    second = next(answers)
+    outbox.put(None)
+    assert not first.skipped and not second.skipped
+    assert [c.word for c in first.completions] == [w for w, _ in best[:4]]
+    np.testing.assert_allclose(
+        [c.log_prob for c in first.completions], [lp for _, lp in best[:4]], atol=1e-4
+    )
+    expected_t = [(w, lp) for w, lp in best if w.startswith("t")][:3]
+    assert [c.word for c in second.completions] == [w for w, _ in expected_t]
+    assert first.context_tokens == second.context_tokens == 4

@@ -113,7 +113,9 @@ def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses
             has_tokens = hyp.HasField("tokens")
             if has_tokens == bool(hyp.text):
                 raise InvalidArgument(
-                    at, "set exactly one of text and tokens" + (" (both set)" if has_tokens else "")
+                    at,
+                    "set exactly one of text and tokens"
+                    + (" (both set)" if has_tokens else "; an empty hypothesis is an empty tokens"),
                 )
             if has_tokens:
                 tokens = list(hyp.tokens.tokens)
