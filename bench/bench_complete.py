@@ -1,6 +1,7 @@
 """Autocomplete through a real server (own process): keystroke savings and keystroke latency.
 
     python bench/bench_complete.py [--sentences 100] [--sessions 32] [--keys 40] [--runs 3]
+        [--key-intervals-ms 100,0]
 
 (a) Savings: held-out KJV test sentences typed letter by letter with k=3 suggestions, a word
     taken with one tap as soon as it is offered (its space free): 1 - keys / characters
@@ -8,14 +9,17 @@
     (`lmserve.client.savings`). One round trip per simulated keystroke, as a user's.
 (b) Latency: `--sessions` sessions typing at once (asyncio, one AsyncCompletionSession each,
     `--keys` keystrokes each, test sentences letter by letter) on kjv-lstm and on kjv-5gram;
-    per-keystroke round trip p50 and p99 per run, medians of `--runs` runs. Targets: neural
-    p99 <= 10 ms, n-gram p99 <= 3 ms.
+    per-keystroke round trip p50 and p99 per run, medians of `--runs` runs, with each user
+    typing a key every `--key-intervals-ms` (100: a fast typist; 0: the next key as soon as
+    the answer came, the server's throughput bound). Targets: neural p99 <= 10 ms, n-gram
+    p99 <= 3 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sys
 import time
 from collections.abc import Sequence
@@ -90,39 +94,58 @@ def savings(target: str, sentences: list[str], k: int) -> None:
             )
 
 
-async def _typist(client: Any, model: str, text: str, keys: int, out: list[float]) -> None:
+async def _typist(
+    client: Any, model: str, text: str, keys: int, interval: float, out: list[float]
+) -> None:
+    """One user: a key every `interval` seconds (0: the next key as soon as answered)."""
     async with client.complete(model, k=3) as session:
         await session.reset()  # opens the stream: not a keystroke
+        await asyncio.sleep(random.uniform(0, interval))  # users do not type in step
+        due = time.perf_counter()
         for ch in text[:keys]:
             started = time.perf_counter()
             await session.type(ch)
             out.append(time.perf_counter() - started)
+            due += interval
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
 
 
-async def _latency_run(target: str, model: str, texts: list[str], keys: int) -> list[float]:
+async def _latency_run(
+    target: str, model: str, texts: list[str], keys: int, interval: float
+) -> list[float]:
     from lmserve.client import AsyncLmServeClient
 
     out: list[float] = []
     async with AsyncLmServeClient(target) as client:
-        await asyncio.gather(*(_typist(client, model, t, keys, out) for t in texts))
+        await asyncio.gather(*(_typist(client, model, t, keys, interval, out) for t in texts))
     return out
 
 
-def latency(target: str, lines: list[str], sessions: int, keys: int, runs: int) -> None:
+def latency(
+    target: str, lines: list[str], sessions: int, keys: int, runs: int, interval_ms: float
+) -> None:
+    """Round trips of `sessions` users typing at once, each a key every `interval_ms` (a fast
+    typist: 100 ms), and with no pause at all (0: the server's throughput bound)."""
     long_enough = [line for line in lines if len(line) >= keys]
     for model, target_ms in LATENCY_MODELS.items():
         p50s, p99s = [], []
         for run in range(runs + 1):  # the first is a warm-up
             texts = long_enough[run * sessions : (run + 1) * sessions]
-            rtts = asyncio.run(_latency_run(target, model, texts, keys))
+            rtts = asyncio.run(_latency_run(target, model, texts, keys, interval_ms / 1e3))
             if run:
                 p50s.append(percentile(rtts, 50) * 1e3)
                 p99s.append(percentile(rtts, 99) * 1e3)
-        extra = {"model": model, "sessions": sessions, "keys_per_session": keys}
-        emit(record(f"complete_{sessions}sessions_{model}_p50_ms", "ms", p50s, **extra))
+        extra = {
+            "model": model,
+            "sessions": sessions,
+            "keys_per_session": keys,
+            "key_interval_ms": interval_ms,
+        }
+        name = f"complete_{sessions}sessions_{model}_every{interval_ms:g}ms"
+        emit(record(f"{name}_p50_ms", "ms", p50s, **extra))
         emit(
             record(
-                f"complete_{sessions}sessions_{model}_p99_ms",
+                f"{name}_p99_ms",
                 "ms",
                 p99s,
                 target_ms=target_ms,
@@ -178,6 +201,11 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--keys", type=int, default=20 if quick() else 40)
+    parser.add_argument(
+        "--key-intervals-ms",
+        default="100,0",
+        help="each user's time between keys, one latency measurement per value (0: none)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-savings", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
@@ -198,7 +226,8 @@ def main() -> int:
             savings(server.target, lines[: args.sentences], args.k)
         if not args.skip_latency:
             log(f"latency: {args.sessions} sessions x {args.keys} keys, {args.runs} runs")
-            latency(server.target, lines, args.sessions, args.keys, args.runs)
+            for interval in (float(v) for v in args.key_intervals_ms.split(",")):
+                latency(server.target, lines, args.sessions, args.keys, args.runs, interval)
     return 0
 
 
