@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     # Scoring work is cut into units of at most this many positions (rows x padded length):
     # a neural pass's time and memory (rows x length x vocabulary log-probs) are bounded by it,
     # and a short request waits for at most one unit of a long one.
-    scoring_unit_tokens: int = Field(default=512, ge=1)
+    scoring_unit_tokens: int = Field(default=256, ge=1)
     scoring_unit_rows: int = Field(default=64, ge=1)
     # Scoring positions that may wait per model before requests get RESOURCE_EXHAUSTED.
     scoring_max_queued_tokens: int = Field(default=4_000_000, ge=1)

@@ -1,6 +1,6 @@
 """Bounded, fair scoring work: every request is cut into units, units run one pass at a time.
 
-    queue = ScoringQueue("kjv-lstm", backend, ScoringLimits(unit_tokens=512), metrics)
+    queue = ScoringQueue("kjv-lstm", backend, ScoringLimits(unit_tokens=256), metrics)
     scores = await queue.score(prepared, deadline)   # BatchScores of the whole request
 
 Why units: a recurrent model scores a pass of `rows x padded length` positions at once and
@@ -56,7 +56,7 @@ class ScoringLimits:
     """How big one pass may be and how much work may wait (from the settings)."""
 
     # Positions (rows x padded length) in one forward pass of a neural model.
-    unit_tokens: int = 512
+    unit_tokens: int = 256
     # Rows in one pass, whatever their length.
     unit_rows: int = 64
     # Work (scored positions) that may wait per model; more is refused (RESOURCE_EXHAUSTED).
