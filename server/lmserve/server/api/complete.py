@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from lmserve.server.api.interceptors import note_model
+from lmserve.server.api.pipelining import read_ahead
 from lmserve.server.api.validation import validate_model_name
 from lmserve.server.engine.completion import Completer
 from lmserve.server.engine.limits import RequestLimits
@@ -37,17 +38,7 @@ async def complete_stream(
     models: ServedModels, limits: RequestLimits, requests: AsyncIterator[pb.CompleteRequest]
 ) -> AsyncIterator[pb.CompleteResponse]:
     """Answers a Complete stream (see the module doc)."""
-    inbox: asyncio.Queue[pb.CompleteRequest | BaseException | None] = asyncio.Queue(_READ_AHEAD)
-
-    async def read() -> None:
-        try:
-            async for message in requests:
-                await inbox.put(message)
-            await inbox.put(None)
-        except Exception as exc:  # raised in the handler, in its turn
-            await inbox.put(exc)
-
-    reader = asyncio.create_task(read())
+    inbox, reader = read_ahead(requests, _READ_AHEAD)
     try:
         first = await inbox.get()
         if isinstance(first, BaseException):
@@ -56,7 +47,7 @@ async def complete_stream(
             return
         served, session_id = _open(models, first)
         completer = served.completer
-        message: pb.CompleteRequest | BaseException | None = first
+        message: pb.CompleteRequest | Exception | None = first
         while message is not None:
             if isinstance(message, BaseException):
                 raise message

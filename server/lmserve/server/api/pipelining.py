@@ -24,22 +24,30 @@ Response = TypeVar("Response")
 READ_AHEAD = 4
 
 
-async def pipelined(
-    requests: AsyncIterator[Request], handle: Callable[[Request], Awaitable[Response]]
-) -> AsyncIterator[Response]:
-    """`handle(request)` for each request in order; errors name the request's index."""
-    ahead: asyncio.Queue[Request | Exception | None] = asyncio.Queue(READ_AHEAD)
+def read_ahead(
+    requests: AsyncIterator[Request], size: int = READ_AHEAD
+) -> tuple[asyncio.Queue[Request | Exception | None], asyncio.Task[None]]:
+    """A task that reads up to `size` requests ahead into a queue: each request, then None at
+    the end or the exception that ended the reading (for the handler to raise in its turn).
+    Cancel the task when the handler ends first."""
+    ahead: asyncio.Queue[Request | Exception | None] = asyncio.Queue(size)
 
-    async def read_ahead() -> None:
+    async def read() -> None:
         try:
             async for request in requests:
                 await ahead.put(request)
             await ahead.put(None)
         except Exception as exc:  # raised by the handler, in its turn
             await ahead.put(exc)
-        # Cancelled (the handler ended first): nothing to hand over, nobody waits.
 
-    reader = asyncio.create_task(read_ahead())
+    return ahead, asyncio.create_task(read())
+
+
+async def pipelined(
+    requests: AsyncIterator[Request], handle: Callable[[Request], Awaitable[Response]]
+) -> AsyncIterator[Response]:
+    """`handle(request)` for each request in order; errors name the request's index."""
+    ahead, reader = read_ahead(requests)
     try:
         index = 0
         while (request := await ahead.get()) is not None:
