@@ -12,7 +12,8 @@
     per-keystroke round trip p50 and p99 per run, medians of `--runs` runs, with each user
     typing a key every `--key-intervals-ms` (100: a fast typist; 0: the next key as soon as
     the answer came, the server's throughput bound). Targets: neural p99 <= 10 ms, n-gram
-    p99 <= 3 ms.
+    p99 <= 3 ms. Beside them, the transport floor: the same users and pace, each key a
+    one-word n-gram ScoreStream message (no model work to speak of).
 """
 
 from __future__ import annotations
@@ -119,6 +120,59 @@ async def _latency_run(
     async with AsyncLmServeClient(target) as client:
         await asyncio.gather(*(_typist(client, model, t, keys, interval, out) for t in texts))
     return out
+
+
+async def _floor_user(stub: Any, keys: int, interval: float, out: list[float]) -> None:
+    """One user of the transport floor: a one-word n-gram ScoreStream message per key (no
+    model work to speak of), paced like a typist, one message in flight."""
+    from lmserve.v1 import lm_service_pb2 as pb
+
+    outbox: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def requests() -> Any:
+        while (item := await outbox.get()) is not None:
+            yield item
+
+    call = stub.ScoreStream(requests())
+    message = pb.ScoreRequest(model="kjv-5gram", texts=["the"])
+    await asyncio.sleep(random.uniform(0, interval))
+    due = time.perf_counter()
+    for _ in range(keys):
+        started = time.perf_counter()
+        await outbox.put(message)
+        await call.read()
+        out.append(time.perf_counter() - started)
+        due += interval
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+    await outbox.put(None)
+    await call.read()  # the end of the stream
+
+
+async def _floor_run(target: str, sessions: int, keys: int, interval: float) -> list[float]:
+    import grpc
+
+    from lmserve.v1 import lm_service_pb2_grpc
+
+    out: list[float] = []
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
+        await asyncio.gather(*(_floor_user(stub, keys, interval, out) for _ in range(sessions)))
+    return out
+
+
+def transport_floor(target: str, sessions: int, keys: int, runs: int, interval_ms: float) -> None:
+    """The same users and pace, each key one bidi message that costs the server almost nothing:
+    what grpcio alone costs a keystroke here, client and server on the same two cores."""
+    p50s, p99s = [], []
+    for run in range(runs + 1):  # the first is a warm-up
+        rtts = asyncio.run(_floor_run(target, sessions, keys, interval_ms / 1e3))
+        if run:
+            p50s.append(percentile(rtts, 50) * 1e3)
+            p99s.append(percentile(rtts, 99) * 1e3)
+    name = f"complete_floor_{sessions}streams_every{interval_ms:g}ms"
+    extra = {"sessions": sessions, "keys_per_session": keys, "key_interval_ms": interval_ms}
+    emit(record(f"{name}_p50_ms", "ms", p50s, **extra))
+    emit(record(f"{name}_p99_ms", "ms", p99s, **extra))
 
 
 def latency(
@@ -228,6 +282,7 @@ def main() -> int:
             log(f"latency: {args.sessions} sessions x {args.keys} keys, {args.runs} runs")
             for interval in (float(v) for v in args.key_intervals_ms.split(",")):
                 latency(server.target, lines, args.sessions, args.keys, args.runs, interval)
+                transport_floor(server.target, args.sessions, args.keys, args.runs, interval)
     return 0
 
 
