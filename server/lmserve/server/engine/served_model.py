@@ -197,7 +197,7 @@ class ServedModel:
             self.stepper,
             trie,
             eos=options.eos,
-            rows_per_step=max(1, self.limits.scoring.unit_tokens // 2),
+            rows_per_step=self.limits.scoring.unit_tokens,  # a row is one position
         )
         await self._scoring.run_steps(scoring.steps(), trie.nodes, deadline)
         if self._metrics is not None:
