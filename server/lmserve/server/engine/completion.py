@@ -40,6 +40,9 @@ from lmserve.server.text.codec import TextCodec, WordCodec
 from lmserve.server.text.pieces import PieceVocabulary
 from lmserve.server.text.prefix_index import WordPrefixIndex
 
+# The words an n-gram session's distribution is computed from: any order up to this + 1 is
+# exact, and a long context costs no more than a short one.
+_NGRAM_CONTEXT = 256
 # Model calls one subword completion may make (the search's budget).
 SUBWORD_EXPANSIONS = 64
 
@@ -141,8 +144,8 @@ class Completer:
     async def _refresh(self, session: Session, *, rebuild: bool) -> None:
         """The distribution (and state) after the session's current context."""
         context = session.context
-        if self._steps is None:  # n-gram: exact float64, the last order-1 words only
-            session.log_probs = self.backend.next_token_log_probs(context)
+        if self._steps is None:  # n-gram: exact float64 from the last words only
+            session.log_probs = self.backend.next_token_log_probs(context[-_NGRAM_CONTEXT:])
             return
         if rebuild:
             rebuilt = await self._steps.rebuild(context)
