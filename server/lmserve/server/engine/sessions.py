@@ -34,7 +34,7 @@ class SessionLimits:
     idle_seconds: float = 600.0
     max_bytes: int = 512 * 1024 * 1024
     # Model states kept per session, one per recent position (cheap backspaces).
-    kept_states: int = 32
+    kept_states: int = 8
 
 
 @dataclass(eq=False)
