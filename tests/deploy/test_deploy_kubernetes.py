@@ -14,6 +14,7 @@ import pytest
 from deploy_files import (
     KUBERNETES_VERSION,
     MONITORING,
+    PENDING_SETTINGS,
     SCHEMAS,
     core_manifests,
     documents_by_kind,
@@ -23,16 +24,6 @@ from deploy_files import (
 
 from lmserve.server.settings import Settings
 
-# LMSERVE_* variables the manifests may set before the server reads them (being added on other
-# branches); every other one must be a Settings field. Drop a name here once it lands.
-PENDING_SETTINGS = {
-    "shutdown_notice_seconds",
-    "max_connection_age_seconds",
-    "tls_cert_file",
-    "tls_key_file",
-    "tls_client_ca_file",
-    "auth_token_file",
-}
 CRD_SCHEMAS = {
     "ServiceMonitor": SCHEMAS / "servicemonitor_v1.json",
     "PrometheusRule": SCHEMAS / "prometheusrule_v1.json",
