@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from serve_process import ServeProcess, clean_env, serve_command, wait_until
 
 from lmserve.client import GenerationFinished, LmServeClient
+from lmserve.client.errors import UnavailableError
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -111,5 +112,5 @@ def test_sigterm_lets_running_generate_streams_finish(lstm_repository: Path) -> 
         # Exits once the last stream ended, not after the 60 s grace period.
         assert time.monotonic() - last_ended < 15
         # New calls after the shutdown are refused rather than hanging.
-        with pytest.raises(Exception):  # noqa: B017, PT011: connection refused, any client error
+        with pytest.raises(UnavailableError):
             client.list_models(timeout=5)
