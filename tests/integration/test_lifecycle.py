@@ -114,3 +114,24 @@ def test_sigterm_lets_running_generate_streams_finish(lstm_repository: Path) -> 
         # New calls after the shutdown are refused rather than hanging.
         with pytest.raises(UnavailableError):
             client.list_models(timeout=5)
+
+
+@pytest.mark.parametrize("notice", ["30", "0"], ids=["during-notice", "during-grace"])
+def test_a_second_signal_stops_at_once(lstm_repository: Path, notice: str) -> None:
+    flags = ("--shutdown-notice-seconds", notice, "--grace-period-seconds", "60")
+    with ServeProcess(lstm_repository, *flags) as server, LmServeClient(server.address) as client:
+        events = client.generate(
+            "kjv-lstm", "and god said", max_new_tokens=4000, ignore_eos=True, timeout=120
+        )
+        next(events)  # a stream that would run for far longer than this test
+        server.process.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: "shutting down" in server.stderr(), timeout=10)
+        assert next(events)  # still served: the first signal waits for it
+        server.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        with pytest.raises(UnavailableError):
+            for _ in events:
+                pass
+        assert server.wait(timeout=15) == 0
+        assert time.monotonic() - signalled < 15
+        assert "second signal: stopping now" in server.stderr()

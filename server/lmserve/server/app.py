@@ -14,6 +14,7 @@ to finish; it exits when the last one ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import signal
@@ -62,6 +63,7 @@ class RunningServer:
     metrics_port: int | None = None
     _metrics_httpd: Any = None
     _stopped: bool = field(default=False, repr=False)
+    _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     async def stop(self, grace: float | None, *, notice: float = 0.0) -> None:
         """Health goes NOT_SERVING; RPCs are still served for `notice` seconds; then new ones
@@ -72,13 +74,21 @@ class RunningServer:
         await self.health.enter_graceful_shutdown()
         if notice > 0:
             log.info("health NOT_SERVING; still serving for %.1f s", notice)
-            await asyncio.sleep(notice)
-        await self.server.stop(grace)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), notice)
+        await self.server.stop(0 if self._hurry.is_set() else grace)
         # Never blocks: model threads stop after the pass or step in flight.
         self.models.close()
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
             self._metrics_httpd.server_close()
+
+    async def hurry(self) -> None:
+        """Ends a `stop` in progress now: no more notice, in-flight RPCs cancelled (a second
+        SIGTERM or Ctrl-C)."""
+        self._hurry.set()
+        if self._stopped:
+            await self.server.stop(0)  # a smaller grace than the running stop's wins
 
 
 def load_repository(settings: Settings, metrics: Metrics | None = None) -> ModelRepository:
@@ -211,11 +221,21 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info(
-        "shutting down: %.1f s notice, then %.1f s for in-flight requests",
+        "shutting down: %.1f s notice, then %.1f s for in-flight requests (signal again: now)",
         settings.shutdown_notice_seconds,
         settings.grace_period_seconds,
     )
-    await running.stop(settings.grace_period_seconds, notice=settings.shutdown_notice_seconds)
+    stop.clear()
+    stopping = asyncio.create_task(
+        running.stop(settings.grace_period_seconds, notice=settings.shutdown_notice_seconds)
+    )
+    again = asyncio.create_task(stop.wait())
+    await asyncio.wait((stopping, again), return_when=asyncio.FIRST_COMPLETED)
+    if not stopping.done():
+        log.warning("second signal: stopping now, cancelling in-flight requests")
+        await running.hurry()
+    again.cancel()
+    await stopping
     log.info("stopped")
 
 
