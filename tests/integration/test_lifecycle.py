@@ -135,3 +135,17 @@ def test_a_second_signal_stops_at_once(lstm_repository: Path, notice: str) -> No
         assert server.wait(timeout=15) == 0
         assert time.monotonic() - signalled < 15
         assert "second signal: stopping now" in server.stderr()
+
+
+def test_a_taken_metrics_port_is_refused_too(model_repository: Path) -> None:
+    with ServeProcess(model_repository) as first:
+        second = subprocess.run(
+            serve_command(model_repository, "--metrics-port", str(first.metrics_port)),
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        expected = f"lmserve serve: cannot bind 127.0.0.1:{first.metrics_port}: address in use"
+        assert second.stderr.strip().splitlines() == [expected]

@@ -113,6 +113,8 @@ async def start_server(
 
     A port in use (or any failed bind) is an OSError that names the address."""
     check_bindable(settings.host, settings.port)  # before minutes of model loading
+    if settings.metrics_enabled:
+        check_bindable(settings.metrics_host, settings.metrics_port)
     credentials = server_credentials(settings)
     token = configured_token(settings)
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
@@ -159,9 +161,14 @@ async def start_server(
     await server.start()
     running = RunningServer(server, port, metrics, health, repository, models)
     if settings.metrics_enabled:
-        httpd, running.metrics_port = serve_metrics(
-            metrics.registry, settings.metrics_host, settings.metrics_port
-        )
+        try:
+            httpd, running.metrics_port = serve_metrics(
+                metrics.registry, settings.metrics_host, settings.metrics_port
+            )
+        except OSError as exc:  # taken since check_bindable looked
+            await server.stop(None)
+            address = f"{settings.metrics_host}:{settings.metrics_port}"
+            raise OSError(f"cannot bind {address} (metrics): {exc.strerror or exc}") from None
         running._metrics_httpd = httpd
         log.info("metrics on http://%s:%d/metrics", settings.metrics_host, running.metrics_port)
     ready = sum(e.state is ModelState.READY for e in repository.entries())
