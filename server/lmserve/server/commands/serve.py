@@ -40,10 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tls-client-ca-file", type=Path, help="PEM CA: require client certificates (mTLS)"
     )
-    # No --auth-token: a flag would show the token in the process list (LMSERVE_AUTH_TOKEN).
     parser.add_argument(
         "--auth-token-file", type=Path, help="file holding the bearer token every RPC must send"
     )
+    # No token flag: it would show in the process list. Declared only to refuse it, so that
+    # argparse does not take `--auth-token SECRET` as an abbreviation of --auth-token-file.
+    parser.add_argument("--auth-token", action=_RefuseTokenFlag, help=argparse.SUPPRESS)
     parser.add_argument(
         "--scoring-unit-tokens",
         type=int,
@@ -52,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], default=None
     )
+
+
+class _RefuseTokenFlag(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        parser.error("--auth-token is not a flag: use --auth-token-file or LMSERVE_AUTH_TOKEN")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
