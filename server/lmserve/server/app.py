@@ -157,7 +157,11 @@ async def start_server(
         ),
         server,
     )
-    port = _bind(server, f"{settings.host}:{settings.port}", credentials)
+    try:
+        port = _bind(server, f"{settings.host}:{settings.port}", credentials)
+    except OSError:
+        models.close()  # its worker threads would outlive a failed start
+        raise
     await server.start()
     running = RunningServer(server, port, metrics, health, repository, models)
     if settings.metrics_enabled:
@@ -167,6 +171,7 @@ async def start_server(
             )
         except OSError as exc:  # taken since check_bindable looked
             await server.stop(None)
+            models.close()
             address = f"{settings.metrics_host}:{settings.metrics_port}"
             raise OSError(f"cannot bind {address} (metrics): {exc.strerror or exc}") from None
         running._metrics_httpd = httpd
