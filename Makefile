@@ -32,7 +32,7 @@ $(DEFAULT_NGRAM): $(STAMP) $(wildcard server/lmserve/server/backends/ngram/*.py 
 models: $(DEFAULT_NGRAM)
 
 serve: install models
-	$(BIN)/lmserve serve
+	$(BIN)/lmserve serve --host 127.0.0.1 --metrics-host 127.0.0.1
 
 # Read-only checks: lint, format, types.
 check: $(STAMP)

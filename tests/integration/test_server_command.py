@@ -65,6 +65,7 @@ def test_serve_answers_and_stops_on_sigterm(imported_repository: Path) -> None:
     command = [sys.executable, "-m", "lmserve.server.cli", "serve", "--host", "127.0.0.1"]
     command += ["--port", "0", "--metrics-port", "0"]
     command += ["--model-repository", str(imported_repository), "--grace-period-seconds", "2"]
+    command += ["--shutdown-notice-seconds", "0"]
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     try:
         port = _wait_for_port(process, time.monotonic() + 30)
@@ -89,7 +90,7 @@ def test_sigterm_never_waits_behind_model_work(tmp_path: Path, repo_root: Path) 
     env = {k: v for k, v in os.environ.items() if not k.startswith("LMSERVE_")}
     command = [sys.executable, "-m", "lmserve.server.cli", "serve", "--host", "127.0.0.1"]
     command += ["--port", "0", "--metrics-port", "0", "--model-repository", str(tmp_path)]
-    command += ["--grace-period-seconds", "1"]
+    command += ["--grace-period-seconds", "1", "--shutdown-notice-seconds", "0"]
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     try:
         port = _wait_for_port(process, time.monotonic() + 60)

@@ -6,6 +6,7 @@ error mapping and health naming with the sync client (`_calls.py`, `_requests.py
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -26,6 +27,7 @@ from lmserve.client._calls import (
     score_calls,
     scores,
 )
+from lmserve.client._channel import ChannelPlan, Targets
 from lmserve.client.complete import AsyncCompletionSession
 from lmserve.client.errors import ModelNotFoundError, from_rpc_error
 from lmserve.client.rerank_types import RerankedLists
@@ -50,19 +52,29 @@ class AsyncLmServeClient:
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: Targets = DEFAULT_TARGET,
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
+        tls_ca_file: str | Path | None = None,
+        tls_cert_file: str | Path | None = None,
+        tls_key_file: str | Path | None = None,
+        token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
-        self.target = target
+        """The arguments of `LmServeClient` (targets, TLS, token, timeout)."""
+        plan = ChannelPlan.build(
+            target,
+            options=[*req.CHANNEL_OPTIONS, *options],
+            credentials=credentials,
+            tls_ca_file=tls_ca_file,
+            tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file,
+            token=token,
+        )
+        self.target = plan.target
         self.timeout = timeout
-        opts = [*req.CHANNEL_OPTIONS, *options]
-        if credentials is not None:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
-        else:
-            self._channel = grpc.aio.insecure_channel(target, options=opts)
+        self._channel = plan.async_channel()
         self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._score, self._score_stream = score_calls(self._channel)

@@ -8,6 +8,7 @@ Thin: one request message per call, results converted once into the frozen datac
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -28,6 +29,7 @@ from lmserve.client._calls import (
     score_calls,
 )
 from lmserve.client._calls import scores as _scores
+from lmserve.client._channel import ChannelPlan, Targets
 from lmserve.client.async_client import AsyncLmServeClient
 from lmserve.client.complete import CompletionSession
 from lmserve.client.errors import LmServeClientError, ModelNotFoundError, from_rpc_error
@@ -54,24 +56,34 @@ class LmServeClient:
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: Targets = DEFAULT_TARGET,
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
+        tls_ca_file: str | Path | None = None,
+        tls_cert_file: str | Path | None = None,
+        tls_key_file: str | Path | None = None,
+        token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
         channel: grpc.Channel | None = None,
     ) -> None:
-        """`timeout` is the default deadline of each call in seconds (None: no deadline); each
+        """`target`: "host:port", a list of them, or "dns:///name:port" (several servers:
+        round-robin, idempotent unary calls retried on UNAVAILABLE). `tls_ca_file` (or a client
+        certificate and key, for mTLS) makes the channel TLS; `token` is sent as a bearer token.
+        `timeout` is the default deadline of each call in seconds (None: no deadline); each
         method takes its own `timeout` too. Pass `channel` to reuse one you built."""
-        self.target = target
+        plan = ChannelPlan.build(
+            target,
+            options=[*req.CHANNEL_OPTIONS, *options],
+            credentials=credentials,
+            tls_ca_file=tls_ca_file,
+            tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file,
+            token=token,
+        )
+        self.target = plan.target
         self.timeout = timeout
-        opts = [*req.CHANNEL_OPTIONS, *options]
-        if channel is not None:
-            self._channel = channel
-        elif credentials is not None:
-            self._channel = grpc.secure_channel(target, credentials, options=opts)
-        else:
-            self._channel = grpc.insecure_channel(target, options=opts)
+        self._channel = channel if channel is not None else plan.sync_channel()
         self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._score, self._score_stream = score_calls(self._channel)

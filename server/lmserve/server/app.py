@@ -6,24 +6,31 @@ In-process use (tests, benchmarks):
         channel = grpc.insecure_channel(f"localhost:{running.port}")
 
 `serve(settings)` is what `lmserve serve` runs: it starts, waits for SIGTERM/SIGINT and stops
-gracefully (health goes NOT_SERVING, in-flight RPCs get `grace_period_seconds` to finish).
+gracefully: health goes NOT_SERVING at once, RPCs are still served for `shutdown_notice_seconds`
+(load balancers notice), then new RPCs are refused and in-flight ones get `grace_period_seconds`
+to finish; it exits when the last one ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import signal
+import socket
 import threading
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+import grpc
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from lmserve.server.api.auth import AuthInterceptor, configured_token, server_credentials
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
 from lmserve.server.api.interceptors import ServingInterceptor
 from lmserve.server.api.servicer import LanguageModelServicer
@@ -56,19 +63,32 @@ class RunningServer:
     metrics_port: int | None = None
     _metrics_httpd: Any = None
     _stopped: bool = field(default=False, repr=False)
+    _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
-    async def stop(self, grace: float | None) -> None:
-        """Stops accepting RPCs; in-flight ones get `grace` seconds to finish."""
+    async def stop(self, grace: float | None, *, notice: float = 0.0) -> None:
+        """Health goes NOT_SERVING; RPCs are still served for `notice` seconds; then new ones
+        are refused and in-flight ones get `grace` seconds (returns when the last one ends)."""
         if self._stopped:
             return
         self._stopped = True
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        if notice > 0:
+            log.info("health NOT_SERVING; still serving for %.1f s", notice)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), notice)
+        await self.server.stop(0 if self._hurry.is_set() else grace)
         # Never blocks: model threads stop after the pass or step in flight.
         self.models.close()
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
             self._metrics_httpd.server_close()
+
+    async def hurry(self) -> None:
+        """Ends a `stop` in progress now: no more notice, in-flight RPCs cancelled (a second
+        SIGTERM or Ctrl-C)."""
+        self._hurry.set()
+        if self._stopped:
+            await self.server.stop(0)  # a smaller grace than the running stop's wins
 
 
 def load_repository(settings: Settings, metrics: Metrics | None = None) -> ModelRepository:
@@ -89,7 +109,14 @@ async def start_server(
     registry: CollectorRegistry | None = None,
     repository: ModelRepository | None = None,
 ) -> RunningServer:
-    """Loads the models (unless given), binds, and starts serving. Port 0 picks a free port."""
+    """Loads the models (unless given), binds, and starts serving. Port 0 picks a free port.
+
+    A port in use (or any failed bind) is an OSError that names the address."""
+    check_bindable(settings.host, settings.port)  # before minutes of model loading
+    if settings.metrics_enabled:
+        check_bindable(settings.metrics_host, settings.metrics_port)
+    credentials = server_credentials(settings)
+    token = configured_token(settings)
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
     if repository is None:
         repository = await asyncio.to_thread(load_repository, settings, metrics)
@@ -104,9 +131,15 @@ async def start_server(
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
+        # gRPC sets SO_REUSEPORT by default: a second server on a taken port would bind too and
+        # share the traffic silently. Refused, the second one fails (check_bindable says why).
+        ("grpc.so_reuseport", 0),
     ]
+    interceptors: list[aio.ServerInterceptor] = [ServingInterceptor(metrics)]
+    if token is not None:
+        interceptors.insert(0, AuthInterceptor(token, health_open=settings.auth_health_open))
     server = aio.server(
-        interceptors=[ServingInterceptor(metrics)],
+        interceptors=interceptors,
         options=options,
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
@@ -124,27 +157,71 @@ async def start_server(
         ),
         server,
     )
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
-    if port == 0:
-        raise OSError(f"could not bind {settings.host}:{settings.port}")
+    try:
+        port = _bind(server, f"{settings.host}:{settings.port}", credentials)
+    except OSError:
+        models.close()  # its worker threads would outlive a failed start
+        raise
     await server.start()
     running = RunningServer(server, port, metrics, health, repository, models)
     if settings.metrics_enabled:
-        httpd, running.metrics_port = serve_metrics(
-            metrics.registry, settings.metrics_host, settings.metrics_port
-        )
+        try:
+            httpd, running.metrics_port = serve_metrics(
+                metrics.registry, settings.metrics_host, settings.metrics_port
+            )
+        except OSError as exc:  # taken since check_bindable looked
+            await server.stop(None)
+            models.close()
+            address = f"{settings.metrics_host}:{settings.metrics_port}"
+            raise OSError(f"cannot bind {address} (metrics): {exc.strerror or exc}") from None
         running._metrics_httpd = httpd
         log.info("metrics on http://%s:%d/metrics", settings.metrics_host, running.metrics_port)
     ready = sum(e.state is ModelState.READY for e in repository.entries())
     log.info(
-        "lmserve serving %s on %s:%d (%d of %d models ready)",
+        "lmserve serving %s on %s:%d (%d of %d models ready%s%s)",
         SERVICE_NAME,
         settings.host,
         port,
         ready,
         len(repository.entries()),
+        "" if credentials is None else (", mTLS" if settings.tls_client_ca_file else ", TLS"),
+        ", bearer-token auth" if token is not None else "",
     )
     return running
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raises a one-line OSError when `host:port` is taken, as a bind by gRPC would find it (with
+    SO_REUSEADDR, without SO_REUSEPORT). Port 0 always binds."""
+    if port == 0:
+        return
+    name = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                why = "address in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+                raise OSError(f"cannot bind {host}:{port}: {why}") from None
+
+
+def _bind(server: aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    """Adds the (secure, when there are credentials) port; a failed bind is an OSError."""
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError as exc:  # gRPC's "Failed to bind to address ..."
+        raise OSError(f"cannot bind {address}: {exc}") from None
+    if port == 0:
+        raise OSError(f"cannot bind {address}")
+    return port
 
 
 async def serve(settings: Settings) -> None:
@@ -155,8 +232,22 @@ async def serve(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("shutting down: %.1f s for in-flight requests", settings.grace_period_seconds)
-    await running.stop(settings.grace_period_seconds)
+    log.info(
+        "shutting down: %.1f s notice, then %.1f s for in-flight requests (signal again: now)",
+        settings.shutdown_notice_seconds,
+        settings.grace_period_seconds,
+    )
+    stop.clear()
+    stopping = asyncio.create_task(
+        running.stop(settings.grace_period_seconds, notice=settings.shutdown_notice_seconds)
+    )
+    again = asyncio.create_task(stop.wait())
+    await asyncio.wait((stopping, again), return_when=asyncio.FIRST_COMPLETED)
+    if not stopping.done():
+        log.warning("second signal: stopping now, cancelling in-flight requests")
+        await running.hurry()
+    again.cancel()
+    await stopping
     log.info("stopped")
 
 

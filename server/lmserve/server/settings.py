@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     max_tokens_per_text: int = Field(default=100_000, ge=1)
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     max_concurrent_rpcs: int | None = Field(default=None, ge=1)
-    grace_period_seconds: float = Field(default=10.0, ge=0)
+    # After the shutdown notice, in-flight RPCs get this long (Kubernetes' default 30 s).
+    grace_period_seconds: float = Field(default=30.0, ge=0)
     log_level: LogLevel = "INFO"
     # Neural models. ONNX Runtime: one session per graph, sequential execution (best on 2 cores).
     onnx_intra_op_threads: int = Field(default=2, ge=0)
@@ -84,6 +85,35 @@ class Settings(BaseSettings):
     # Beam searches per model that run at once, and that may wait; beyond: RESOURCE_EXHAUSTED.
     max_running_searches: int = Field(default=2, ge=1)
     max_queued_searches: int = Field(default=64, ge=0)
+
+    # -- lifecycle and security ----------------------------------------------------------------
+    # On SIGTERM health goes NOT_SERVING at once and RPCs are still served this long, so that
+    # load balancers stop sending new work before the server stops accepting it.
+    shutdown_notice_seconds: float = Field(default=5.0, ge=0)
+    # TLS: a PEM certificate chain and its key; with a client CA, clients must present a
+    # certificate it signed (mTLS). All unset: plaintext.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    # Bearer-token auth: every RPC needs `authorization: Bearer <token>`. The token comes from a
+    # file (kept out of the process list and config files) or LMSERVE_AUTH_TOKEN; unset: no auth.
+    auth_token_file: Path | None = None
+    auth_token: SecretStr | None = None
+    # Lets grpc.health.v1 through without a token (load balancers and kubelet probes have none).
+    auth_health_open: bool = True
+
+    @model_validator(mode="after")
+    def _check_security(self) -> Settings:
+        """Half a TLS or auth configuration is a mistake to refuse, never to serve around."""
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file must be given together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+        if self.auth_token_file is not None and self.auth_token is not None:
+            raise ValueError("give auth_token_file or auth_token, not both")
+        if self.auth_token is not None and not self.auth_token.get_secret_value().strip():
+            raise ValueError("auth_token is empty")
+        return self
 
     @classmethod
     def settings_customise_sources(

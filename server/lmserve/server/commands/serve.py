@@ -18,13 +18,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-repository", type=Path, help="folder of model folders (default: models)"
     )
-    parser.add_argument("--host", help="address to bind (default: [::])")
+    parser.add_argument("--host", help="gRPC address to bind (default: [::], all interfaces)")
     parser.add_argument("--port", type=int, help="gRPC port; 0 picks a free one (default: 50051)")
     parser.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (default: 9090)")
+    parser.add_argument("--metrics-host", help="/metrics address to bind (default: 0.0.0.0)")
     parser.add_argument("--max-texts-per-request", type=int)
     parser.add_argument("--max-tokens-per-text", type=int)
     parser.add_argument("--max-concurrent-rpcs", type=int)
-    parser.add_argument("--grace-period-seconds", type=float)
+    parser.add_argument(
+        "--shutdown-notice-seconds",
+        type=float,
+        help="after SIGTERM, seconds of NOT_SERVING health while still serving (default: 5)",
+    )
+    parser.add_argument(
+        "--grace-period-seconds",
+        type=float,
+        help="then seconds in-flight RPCs get to finish (default: 30)",
+    )
+    parser.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain: serve TLS")
+    parser.add_argument("--tls-key-file", type=Path, help="PEM private key of --tls-cert-file")
+    parser.add_argument(
+        "--tls-client-ca-file", type=Path, help="PEM CA: require client certificates (mTLS)"
+    )
+    parser.add_argument(
+        "--auth-token-file", type=Path, help="file holding the bearer token every RPC must send"
+    )
+    # No token flag: it would show in the process list. Declared only to refuse it, so that
+    # argparse does not take `--auth-token SECRET` as an abbreviation of --auth-token-file.
+    parser.add_argument("--auth-token", action=_RefuseTokenFlag, help=argparse.SUPPRESS)
     parser.add_argument(
         "--scoring-unit-tokens",
         type=int,
@@ -33,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], default=None
     )
+
+
+class _RefuseTokenFlag(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        parser.error("--auth-token is not a flag: use --auth-token-file or LMSERVE_AUTH_TOKEN")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -45,10 +71,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "host",
         "port",
         "metrics_port",
+        "metrics_host",
         "max_texts_per_request",
         "max_tokens_per_text",
         "max_concurrent_rpcs",
+        "shutdown_notice_seconds",
         "grace_period_seconds",
+        "tls_cert_file",
+        "tls_key_file",
+        "tls_client_ca_file",
+        "auth_token_file",
         "scoring_unit_tokens",
         "log_level",
     )
@@ -74,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     keep_freed_memory()  # per-step numpy temporaries stay mapped (see allocator.py)
     try:
         asyncio.run(serve(settings))
-    except OSError as exc:  # no repository folder, port taken
+    except OSError as exc:  # no repository folder, port taken, unreadable TLS or token file
         print(f"lmserve serve: {exc}", file=sys.stderr)
         return 1
     return 0
