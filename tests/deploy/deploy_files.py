@@ -23,14 +23,7 @@ SCHEMAS = Path(__file__).resolve().parent / "schemas"
 KUBERNETES_VERSION = "1.33.0"
 # LMSERVE_* variables the manifests may set before the server reads them (being added on other
 # branches); every other one must be a Settings field. Drop a name here once it lands.
-PENDING_SETTINGS = {
-    "shutdown_notice_seconds",
-    "max_connection_age_seconds",
-    "tls_cert_file",
-    "tls_key_file",
-    "tls_client_ca_file",
-    "auth_token_file",
-}
+PENDING_SETTINGS: set[str] = set()
 # Labels Prometheus adds to every scraped series (static configs, Operator service discovery).
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
 

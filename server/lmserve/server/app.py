@@ -135,6 +135,13 @@ async def start_server(
         # share the traffic silently. Refused, the second one fails (check_bindable says why).
         ("grpc.so_reuseport", 0),
     ]
+    if settings.max_connection_age_seconds:
+        # Clients reconnect (and re-resolve) after this, so new replicas get traffic.
+        age_ms = int(settings.max_connection_age_seconds * 1000)
+        options += [
+            ("grpc.max_connection_age_ms", age_ms),
+            ("grpc.max_connection_age_grace_ms", int(settings.grace_period_seconds * 1000)),
+        ]
     interceptors: list[aio.ServerInterceptor] = [ServingInterceptor(metrics)]
     if token is not None:
         interceptors.insert(0, AuthInterceptor(token, health_open=settings.auth_health_open))

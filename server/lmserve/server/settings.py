@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     max_tokens_per_text: int = Field(default=100_000, ge=1)
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     max_concurrent_rpcs: int | None = Field(default=None, ge=1)
+    # A client connection is closed (gracefully) after this many seconds, so clients re-resolve
+    # and spread over replicas added since; None keeps connections for ever.
+    max_connection_age_seconds: float | None = Field(default=None, gt=0)
     # After the shutdown notice, in-flight RPCs get this long (Kubernetes' default 30 s).
     grace_period_seconds: float = Field(default=30.0, ge=0)
     log_level: LogLevel = "INFO"
