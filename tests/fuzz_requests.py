@@ -63,6 +63,19 @@ MODEL = st.sampled_from([*READY * 3, "failed", "odd", "huge", "any"]).flatmap(
         "any": st.text(CHARS, max_size=20),
     }.get(kind, st.just(kind))
 )
+# Sane values, so that generation and completion get past validation often enough to run.
+SANE_INT = st.integers(0, 6)
+SANE_FLOAT = st.floats(0.05, 2.0)
+UNIT = st.floats(0.05, 1.0)
+
+
+def _knob(draw: st.DrawFn, wild: bool, sane: Any, crazy: Any) -> Any:
+    """A sane value in sane requests (absent half the time), anything in wild ones."""
+    if wild:
+        return draw(crazy)
+    return draw(_opt(sane))
+
+
 TOKENS = st.lists(st.one_of(WORDS, st.text(CHARS, max_size=10)), max_size=6)
 
 
@@ -127,63 +140,66 @@ def corpus_request(draw: st.DrawFn) -> pb.CorpusPerplexityRequest:
 
 @st.composite
 def generate_request(draw: st.DrawFn) -> pb.GenerateRequest:
+    wild = draw(st.booleans())
     sampling = _set(
         pb.SamplingParams(),
-        temperature=draw(_opt(FLOATS)),
-        top_k=draw(_opt(INT32)),
-        top_p=draw(_opt(FLOATS)),
-        min_p=draw(_opt(FLOATS)),
-        typical_p=draw(_opt(FLOATS)),
-        repetition_penalty=draw(_opt(FLOATS)),
-        presence_penalty=draw(_opt(FLOATS)),
-        frequency_penalty=draw(_opt(FLOATS)),
-        no_repeat_ngram_size=draw(_opt(INT32)),
+        temperature=_knob(draw, wild, SANE_FLOAT, _opt(FLOATS)),
+        top_k=_knob(draw, wild, SANE_INT, _opt(INT32)),
+        top_p=_knob(draw, wild, UNIT, _opt(FLOATS)),
+        min_p=_knob(draw, wild, st.floats(0.0, 0.5), _opt(FLOATS)),
+        typical_p=_knob(draw, wild, UNIT, _opt(FLOATS)),
+        repetition_penalty=_knob(draw, wild, SANE_FLOAT, _opt(FLOATS)),
+        presence_penalty=_knob(draw, wild, st.floats(-2, 2), _opt(FLOATS)),
+        frequency_penalty=_knob(draw, wild, st.floats(-2, 2), _opt(FLOATS)),
+        no_repeat_ngram_size=_knob(draw, wild, SANE_INT, _opt(INT32)),
         seed=draw(_opt(UINT64)),
     )
     stopping = pb.StoppingCriteria(
-        max_new_tokens=draw(SMALL),
-        min_new_tokens=draw(SMALL),
+        max_new_tokens=draw(SMALL) if wild else draw(st.integers(1, 8)),
+        min_new_tokens=draw(SMALL) if wild else draw(st.integers(0, 3)),
         stop=draw(st.lists(TEXT, max_size=3)),
-        stop_token_ids=draw(st.lists(INT32, max_size=3)),
+        stop_token_ids=draw(st.lists(INT32 if wild else SANE_INT, max_size=3)),
         ignore_eos=draw(st.booleans()),
     )
     return pb.GenerateRequest(
         model=draw(MODEL),
         prompt=draw(TEXT),
-        prompt_token_ids=draw(st.lists(INT32, max_size=4)),
+        prompt_token_ids=draw(st.lists(INT32 if wild else SANE_INT, max_size=4)),
         sampling=sampling,
         stopping=stopping,
-        n=draw(SMALL),
+        n=draw(SMALL if wild else st.integers(0, 3)),
         logprobs=draw(st.booleans()),
-        top_logprobs=draw(SMALL),
-        stream_interval=draw(SMALL),
+        top_logprobs=draw(SMALL if wild else st.integers(0, 3)),
+        stream_interval=draw(SMALL if wild else st.integers(0, 3)),
     )
 
 
 @st.composite
 def beam_request(draw: st.DrawFn) -> pb.BeamSearchRequest:
+    wild = draw(st.booleans())
+    small = SMALL if wild else st.integers(0, 4)
     return pb.BeamSearchRequest(
         model=draw(MODEL),
         prompt=draw(TEXT),
-        prompt_token_ids=draw(st.lists(INT32, max_size=4)),
-        beam_width=draw(SMALL),
-        num_return=draw(SMALL),
-        length_penalty=draw(ENUMS),
-        length_penalty_alpha=draw(FLOATS),
-        min_length=draw(SMALL),
-        max_length=draw(SMALL),
+        prompt_token_ids=draw(st.lists(INT32 if wild else SANE_INT, max_size=4)),
+        beam_width=draw(small),
+        num_return=draw(small),
+        length_penalty=draw(ENUMS if wild else st.integers(0, 3)),
+        length_penalty_alpha=draw(FLOATS if wild else st.floats(0, 2)),
+        min_length=draw(small),
+        max_length=draw(SMALL if wild else st.integers(1, 8)),
         early_stopping=draw(st.booleans()),
-        no_repeat_ngram_size=draw(SMALL),
-        stop_token_ids=draw(st.lists(INT32, max_size=3)),
+        no_repeat_ngram_size=draw(small),
+        stop_token_ids=draw(st.lists(INT32 if wild else SANE_INT, max_size=3)),
     )
 
 
 @st.composite
-def hypothesis(draw: st.DrawFn) -> pb.Hypothesis:
-    message = pb.Hypothesis(
-        scores=draw(st.dictionaries(st.text(CHARS, max_size=8), FLOATS, max_size=3))
-    )
-    choice = draw(st.integers(0, 3))
+def hypothesis(draw: st.DrawFn, wild: bool = True) -> pb.Hypothesis:
+    values = FLOATS if wild else st.floats(-100, 100)
+    keys = st.text(CHARS, max_size=8) if wild else st.sampled_from(["am", "tm"])
+    message = pb.Hypothesis(scores=draw(st.dictionaries(keys, values, max_size=3)))
+    choice = draw(st.integers(0, 3) if wild else st.integers(0, 1))
     if choice in (0, 2):
         message.text = draw(TEXT)
     if choice in (1, 2):
@@ -193,24 +209,27 @@ def hypothesis(draw: st.DrawFn) -> pb.Hypothesis:
 
 @st.composite
 def rerank_request(draw: st.DrawFn) -> pb.RerankRequest:
+    wild = draw(st.booleans())
     lists = draw(
         st.lists(
             st.builds(
                 pb.NBestList,
                 id=st.text(CHARS, max_size=8),
-                hypotheses=st.lists(hypothesis(), max_size=4),
+                hypotheses=st.lists(hypothesis(wild), min_size=int(not wild), max_size=4),
             ),
+            min_size=int(not wild),
             max_size=3,
         )
     )
+    numbers = FLOATS if wild else st.floats(-10, 10)
     request = pb.RerankRequest(
         model=draw(MODEL),
         lists=lists,
-        score_weights=draw(st.dictionaries(st.text(CHARS, max_size=8), FLOATS, max_size=3)),
-        length_bonus=draw(FLOATS),
-        length_unit=draw(ENUMS),
+        score_weights=draw(st.dictionaries(st.text(CHARS, max_size=8), numbers, max_size=3)),
+        length_bonus=draw(numbers),
+        length_unit=draw(ENUMS if wild else st.integers(0, 3)),
     )
-    if (weight := draw(_opt(FLOATS))) is not None:
+    if (weight := draw(_opt(numbers))) is not None:
         request.lm_weight = weight
     if (options := draw(score_options())) is not None:
         request.options.CopyFrom(options)
@@ -221,14 +240,14 @@ def rerank_request(draw: st.DrawFn) -> pb.RerankRequest:
 def complete_request(draw: st.DrawFn) -> pb.CompleteRequest:
     request = pb.CompleteRequest(
         session_id=draw(
-            st.one_of(st.just(""), st.text(CHARS, max_size=12), st.just("test/x" * 100))
+            st.sampled_from(["", "", "", "s1", "test/s2", "kjv3/s3", "x" * 300, "other/s"])
         ),
         model=draw(MODEL),
         append_text=draw(TEXT) if draw(st.booleans()) else "",
-        append_tokens=draw(TOKENS) if draw(st.booleans()) else [],
-        rollback_tokens=draw(SMALL),
-        partial_word=draw(TEXT),
-        k=draw(SMALL),
+        append_tokens=draw(TOKENS) if draw(st.integers(0, 3)) == 0 else [],
+        rollback_tokens=draw(st.one_of(SMALL, st.integers(0, 2))),
+        partial_word=draw(st.one_of(TEXT, st.sampled_from(["", "l", "th"]))),
+        k=draw(st.one_of(SMALL, st.integers(1, 5))),
         reset=draw(st.booleans()),
         sequence=draw(UINT64),
     )
