@@ -22,6 +22,24 @@ Backends and decoding raise these; nothing below the API layer knows about gRPC.
 
 from __future__ import annotations
 
+# Values from requests echoed in messages are cut to this many characters: a status message
+# travels in a header, and one over gRPC's metadata limit turns any status into
+# RESOURCE_EXHAUSTED (a 16 KB model name must still get NOT_FOUND).
+ECHO_LIMIT = 100
+# A message as a whole (a field name plus a problem that quotes a value or two).
+MESSAGE_LIMIT = 1000
+
+
+def clip(value: object, limit: int = ECHO_LIMIT) -> str:
+    """`str(value)` cut to `limit` characters, with "…" marking the cut."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def clip_repr(value: object, limit: int = ECHO_LIMIT) -> str:
+    """`repr(value)` cut the same way (for quoting strings from requests)."""
+    return clip(repr(value), limit)
+
 
 class LmServeError(Exception):
     """Base class of every error lmserve raises on purpose."""
@@ -31,6 +49,7 @@ class InvalidArgument(LmServeError):
     """A request field has a bad value. The message names the field and the value."""
 
     def __init__(self, field: str, problem: str) -> None:
+        field, problem = clip(field), clip(problem, MESSAGE_LIMIT)
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = problem
@@ -40,8 +59,8 @@ class ModelNotFound(LmServeError):
     """The repository has no model of the requested name."""
 
     def __init__(self, name: str, available: list[str] | None = None) -> None:
-        hint = f"; available: {', '.join(sorted(available))}" if available else ""
-        super().__init__(f"model {name!r} not found{hint}")
+        hint = f"; available: {clip(', '.join(sorted(available)), 500)}" if available else ""
+        super().__init__(f"model {clip_repr(name)} not found{hint}")
         self.name = name
 
 
@@ -80,12 +99,17 @@ class Unimplemented(LmServeError):
 
 
 class ModelLoadError(LmServeError):
-    """A model folder could not be loaded. The message says which file and why."""
+    """A model folder could not be loaded. The message says which file and why.
 
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
+    `reason` may be shown to clients (ListModels/GetModel, UNAVAILABLE): no file content, no
+    absolute paths. `detail` (a quoted line, a library's message) goes to the server log only.
+    """
+
+    def __init__(self, path: str, reason: str, detail: str = "") -> None:
+        super().__init__(f"{path}: {reason}" + (f" ({detail})" if detail else ""))
         self.path = path
         self.reason = reason
+        self.detail = detail
 
 
 class ManifestError(ModelLoadError):

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lmserve.server.errors import ChecksumMismatch, ManifestError
+from lmserve.server.errors import ChecksumMismatch, ManifestError, clip_repr
 
 MANIFEST_NAMES = ("model.yaml", "model.yml", "model.json")
 
@@ -108,9 +108,29 @@ class ModelManifest(_Strict):
     provenance: Provenance = Field(default_factory=Provenance)
 
     def file_path(self, folder: Path, key: str) -> Path:
+        """The file's path, checked to lie inside `folder` (`confined_path`)."""
         if key not in self.files:
             raise ManifestError(str(folder), f"manifest lists no file {key!r}")
-        return folder / self.files[key].path
+        return confined_path(folder, key, self.files[key].path)
+
+
+def confined_path(folder: Path, key: str, path: str) -> Path:
+    """`folder / path`, refused unless it resolves inside `folder`: a manifest must not make the
+    server read (and checksum, and report on) files elsewhere, by `..`, an absolute path or a
+    symbolic link that points out of the folder."""
+    relative = Path(path)
+    where = str(find_manifest(folder) or folder / MANIFEST_NAMES[0])
+    leaves = ManifestError(where, f"files.{key}.path {clip_repr(path)} leaves the model folder")
+    if not path or relative.is_absolute() or relative.drive or ".." in relative.parts:
+        raise leaves
+    full = folder / relative
+    try:
+        inside = full.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if not inside:
+        raise leaves
+    return full
 
 
 def find_manifest(folder: Path) -> Path | None:
@@ -130,7 +150,7 @@ def read_manifest(folder: Path) -> ModelManifest:
         text = path.read_text(encoding="utf-8")
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise ManifestError(str(path), f"unreadable: {exc}") from exc
+        raise ManifestError(str(path), "unreadable", f"{exc}") from exc
     try:
         return ModelManifest.model_validate(raw)
     except ValidationError as exc:
@@ -157,9 +177,9 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def verify_files(folder: Path, manifest: ModelManifest) -> None:
-    """Checks that every listed file exists and matches its sha256."""
+    """Checks that every listed file lies in the folder, exists and matches its sha256."""
     for key, entry in manifest.files.items():
-        path = folder / entry.path
+        path = confined_path(folder, key, entry.path)
         if not path.is_file():
             raise ManifestError(str(path), f"file {key!r} listed in the manifest is missing")
         if entry.sha256 is not None:

@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     # Beam searches per model that run at once, and that may wait; beyond: RESOURCE_EXHAUSTED.
     max_running_searches: int = Field(default=2, ge=1)
     max_queued_searches: int = Field(default=64, ge=0)
+    # Input hardening. A text (texts, prompts, hypotheses, append_text) longer than this many
+    # UTF-8 bytes is refused before it is tokenized.
+    max_text_bytes: int = Field(default=1024 * 1024, ge=1)
+    # TorchScript models run code from the model file when loaded: false refuses them.
+    allow_torchscript: bool = True
 
     # -- lifecycle and security ----------------------------------------------------------------
     # On SIGTERM health goes NOT_SERVING at once and RPCs are still served this long, so that

@@ -122,7 +122,7 @@ def save_checkpoint(path: Path, model: RecurrentLM, payload: dict[str, Any]) -> 
 
 def load_checkpoint(path: Path) -> tuple[RecurrentLM, dict[str, Any]]:
     """The model (in eval mode) and everything else the checkpoint holds."""
-    data: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    data: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     model = RecurrentLM(RecurrentLMConfig(**data["model_config"]))
     model.load_state_dict(data["state_dict"])
     model.eval()
@@ -156,7 +156,7 @@ def train(
     payload = {"train_config": cfg.model_dump(), **(extra or {})}
     start_epoch, best, stale, history = 1, math.inf, 0, []
     if resume and (out_dir / LAST_CHECKPOINT).is_file():
-        data = torch.load(out_dir / LAST_CHECKPOINT, map_location="cpu", weights_only=False)
+        data = torch.load(out_dir / LAST_CHECKPOINT, map_location="cpu", weights_only=True)
         model.load_state_dict(data["state_dict"])
         optimizer.load_state_dict(data["optimizer"])
         scheduler.load_state_dict(data["scheduler"])

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 from lmserve.server.api.interceptors import note_model
 from lmserve.server.api.pipelining import read_ahead
-from lmserve.server.api.validation import validate_model_name
+from lmserve.server.api.validation import check_text_bytes, validate_model_name
 from lmserve.server.engine.completion import Completer
 from lmserve.server.engine.limits import RequestLimits
 from lmserve.server.engine.served_model import ServedModel
@@ -144,6 +144,7 @@ async def _apply(
         if message.HasField("context")
         else None
     )
+    check_text_bytes("append_text", message.append_text, limits)
     appended, names = _ids(served, message)
     length = len(context) if context is not None else len(session.context)
     if message.reset:

@@ -3,13 +3,16 @@
     health = HealthServicer(); await publish_health(health, repository)
 
 "" and `lmserve.v1.LanguageModelService` are SERVING when at least one model serves;
-`lmserve.v1.LanguageModelService/<model>` is SERVING or NOT_SERVING per model.
+`lmserve.v1.LanguageModelService/<model>` is SERVING or NOT_SERVING per model. `List` (added
+to grpc.health.v1 after grpcio's servicer was written) answers every service and its status.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from grpc_health.v1 import health_pb2
-from grpc_health.v1._async import HealthServicer
+from grpc_health.v1._async import HealthServicer as _GrpcHealthServicer
 
 from lmserve.server.registry.repository import ModelRepository, ModelState
 
@@ -18,6 +21,18 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 __all__ = ["SERVICE_NAME", "HealthServicer", "model_service_name", "publish_health"]
+
+
+class HealthServicer(_GrpcHealthServicer):
+    """grpcio's asyncio health servicer with `List` (its own raises NotImplementedError)."""
+
+    async def List(
+        self, request: health_pb2.HealthListRequest, context: Any
+    ) -> health_pb2.HealthListResponse:
+        response = health_pb2.HealthListResponse()
+        for service, status in sorted(self._server_status.items()):
+            response.statuses[service].status = status
+        return response
 
 
 def model_service_name(model: str) -> str:

@@ -5,6 +5,9 @@
 
 Servicers raise `lmserve.server.errors` exceptions; this maps them (`STATUS_CODES`). Anything
 unexpected becomes INTERNAL with the traceback in the server log, never sent to the caller.
+Request bytes that do not parse as the RPC's message get INVALID_ARGUMENT (gRPC itself would
+answer UNKNOWN and log a traceback per request): the deserializer returns a marker instead of
+raising, and the wrapped handler turns the marker into the error.
 """
 
 from __future__ import annotations
@@ -85,9 +88,12 @@ class ServingInterceptor(aio.ServerInterceptor):
             factory, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
         else:
             return handler
+        deserializer = handler.request_deserializer
+        message = _message_name(deserializer, method)
+        checked = _checking_requests(behavior, message, handler.request_streaming)
         return factory(
-            wrap(method, behavior),
-            request_deserializer=handler.request_deserializer,
+            wrap(method, checked),
+            request_deserializer=_lenient(deserializer, method),
             response_serializer=_passing_bytes(handler.response_serializer),
         )
 
@@ -144,6 +150,82 @@ class ServingInterceptor(aio.ServerInterceptor):
         self._metrics.record_request(method, model, code.name, time.perf_counter() - started)
 
 
+class _Undecodable:
+    """What the lenient deserializer returns for bytes that are not the request message."""
+
+
+_UNDECODABLE = _Undecodable()
+
+
+def _message_name(deserializer: Callable[[bytes], Any] | None, method: str) -> str:
+    """The request message's full name (`lmserve.v1.ScoreRequest`), for the error message."""
+    descriptor = getattr(getattr(deserializer, "__self__", None), "DESCRIPTOR", None)
+    return str(getattr(descriptor, "full_name", f"{method} request"))
+
+
+def _lenient(
+    deserializer: Callable[[bytes], Any] | None, method: str
+) -> Callable[[bytes], Any] | None:
+    """The handler's deserializer, returning `_UNDECODABLE` (one log line) where it raises."""
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:
+            log.warning("%s: undecodable request of %d bytes (%s)", method, len(data), exc)
+            return _UNDECODABLE
+
+    return deserialize
+
+
+def _undecodable(message: str) -> errors.InvalidArgument:
+    return errors.InvalidArgument("request", f"not a valid {message} message")
+
+
+def _checking_requests(
+    behavior: Callable[..., Any], message: str, streaming: bool
+) -> Callable[..., Any]:
+    """`behavior`, raising INVALID_ARGUMENT for an undecodable request (or stream message)."""
+
+    async def requests(iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for request in iterator:
+            if request is _UNDECODABLE:
+                raise _undecodable(message)
+            yield request
+
+    if streaming:
+
+        def with_stream(request_iterator: AsyncIterator[Any], context: Any) -> Any:
+            return behavior(requests(request_iterator), context)
+
+        return _like(behavior, with_stream)
+
+    def with_request(request: Any, context: Any) -> Any:
+        if request is _UNDECODABLE:
+            raise _undecodable(message)
+        return behavior(request, context)
+
+    return _like(behavior, with_request)
+
+
+def _like(behavior: Callable[..., Any], call: Callable[..., Any]) -> Callable[..., Any]:
+    """`call` as an async generator function when `behavior` is one (`_wrap_streaming` looks)."""
+    if not inspect.isasyncgenfunction(behavior):
+
+        async def plain(request: Any, context: Any) -> Any:
+            return await call(request, context)
+
+        return plain
+
+    async def generator(request: Any, context: Any) -> AsyncIterator[Any]:
+        async for response in call(request, context):
+            yield response
+
+    return generator
+
+
 def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
     """The handler's response serializer, except that a servicer may answer with the response's
     wire bytes, already written (`convert.score_response_bytes`): those go out as they are."""
@@ -181,4 +263,5 @@ async def _answer_failure(
     if code is grpc.StatusCode.INTERNAL:
         log.error("%s failed unexpectedly", method, exc_info=exc)
         await context.abort(code, f"internal error in {method}; see the server log")
-    await context.abort(code, str(exc))
+    # Capped: a message over gRPC's metadata limit would turn the status into RESOURCE_EXHAUSTED.
+    await context.abort(code, errors.clip(exc, 2 * errors.MESSAGE_LIMIT))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmserve.server.api.interceptors import note_model
-from lmserve.server.api.validation import validate_model_name, validate_options
+from lmserve.server.api.validation import check_text_bytes, validate_model_name, validate_options
 from lmserve.server.decoding.rerank import LengthUnit, RerankWeights, rank, text_length
 from lmserve.server.engine.limits import RequestLimits
 from lmserve.server.engine.served_model import TextInput
@@ -123,6 +123,7 @@ def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses
                     raise InvalidArgument(f"{at}.tokens[{tokens.index('')}]", "is an empty token")
                 items.append(tokens)
             else:
+                check_text_bytes(f"{at}.text", hyp.text, limits)
                 items.append(hyp.text)
             scores.append(
                 {

@@ -19,6 +19,7 @@ from lmserve.server.api.interceptors import note_model
 from lmserve.server.api.pipelining import pipelined
 from lmserve.server.api.rerank import rerank
 from lmserve.server.api.validation import (
+    check_text_bytes,
     validate_batch,
     validate_model_name,
     validate_options,
@@ -198,6 +199,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
             if text:
                 raise InvalidArgument("prompt", "set either prompt or prompt_token_ids, not both")
             return generation.prompt_ids(ids, len(served.vocab))
+        check_text_bytes("prompt", text, self._limits.requests)
         return served.encode_prompt(text)
 
     def _ready(self, model: str) -> ServedModel:

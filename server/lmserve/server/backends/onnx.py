@@ -121,7 +121,7 @@ def _session(
             str(path), sess_options=so, providers=providers(options.use_gpu)
         )
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
-        raise ModelLoadError(str(path), f"ONNX Runtime cannot load it: {exc}") from exc
+        raise ModelLoadError(str(path), "ONNX Runtime cannot load it", f"{exc}") from exc
     have_inputs = [i.name for i in session.get_inputs()]
     missing = [name for name in inputs if name not in have_inputs]
     if missing:

@@ -75,7 +75,7 @@ def read_vocab(path: Path, spec: RecurrentSpec, specials: Any) -> Vocabulary:
     try:
         words = path.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(str(path), f"unreadable vocabulary: {exc}") from exc
+        raise ModelLoadError(str(path), "unreadable vocabulary", f"{exc}") from exc
     if words and words[-1] == "":
         words.pop()
     if len(words) != spec.vocab_size:
@@ -87,7 +87,7 @@ def read_vocab(path: Path, spec: RecurrentSpec, specials: Any) -> Vocabulary:
             words, unk=specials.unk, bos=specials.bos, eos=specials.eos, pad=specials.pad
         )
     except (KeyError, ValueError) as exc:
-        raise ModelLoadError(str(path), f"vocabulary: {type(exc).__name__} {exc}") from exc
+        raise ModelLoadError(str(path), f"vocabulary: {type(exc).__name__}", f"{exc}") from exc
 
 
 class RecurrentBackend(ABC):

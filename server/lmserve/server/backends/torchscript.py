@@ -60,7 +60,7 @@ class TorchScriptBackend(RecurrentBackend):
                 )
                 module = torch.jit.load(str(path), map_location="cpu")
         except Exception as exc:
-            raise ModelLoadError(str(path), f"torch cannot load it: {exc}") from exc
+            raise ModelLoadError(str(path), "torch cannot load it", f"{exc}") from exc
         module.eval()
         for method in ("step", "score"):
             if not hasattr(module, method):
@@ -73,7 +73,7 @@ class TorchScriptBackend(RecurrentBackend):
         try:
             log_probs, _ = self._run_step(np.zeros((1, 1), dtype=np.int64), self.initial_state(1))
         except Exception as exc:
-            raise ModelLoadError(str(path), f"step() fails on one token: {exc}") from exc
+            raise ModelLoadError(str(path), "step() fails on one token", f"{exc}") from exc
         if log_probs.shape[-1] != self.spec.vocab_size:
             raise ModelLoadError(
                 str(path),

@@ -28,6 +28,8 @@ class RequestLimits:
     max_rerank_hypotheses: int = 1_000
     # Complete: suggestions per keystroke.
     max_completions: int = 100
+    # UTF-8 bytes of one text (texts, prompts, hypotheses, append_text), checked before tokenizing.
+    max_text_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class EngineLimits:
                 max_rerank_lists=settings.max_rerank_lists,
                 max_rerank_hypotheses=settings.max_rerank_hypotheses,
                 max_completions=settings.max_completions,
+                max_text_bytes=settings.max_text_bytes,
             ),
             scoring=ScoringLimits(
                 unit_tokens=settings.scoring_unit_tokens,

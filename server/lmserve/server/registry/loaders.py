@@ -42,6 +42,8 @@ class LoadContext:
 
     onnx: OnnxOptions = field(default_factory=OnnxOptions)
     loaded: Mapping[str, LoadedModel] = field(default_factory=dict)
+    # False refuses TorchScript models: loading one runs code from the model file.
+    allow_torchscript: bool = True
 
 
 Loader = Callable[[Path, ModelManifest, LoadContext], LanguageModelBackend]
@@ -80,6 +82,12 @@ def _onnx(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> LanguageMo
 def _torchscript(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> LanguageModelBackend:
     from lmserve.server.backends.torchscript import TorchScriptBackend
 
+    if not ctx.allow_torchscript:
+        raise ModelLoadError(
+            str(folder / "model.yaml"),
+            "TorchScript models are refused by this server (allow_torchscript is false): "
+            "loading one runs code from the model file; export the model to ONNX",
+        )
     _check_cell(folder, manifest)
     return TorchScriptBackend.load(folder, manifest, max_chunk_tokens=ctx.onnx.max_chunk_tokens)
 
@@ -156,7 +164,7 @@ def load_backend(
     except Exception as exc:  # the backend's own errors: report them, keep serving the rest
         main_file = next(iter(manifest.files.values()), None)
         where = str(folder / main_file.path) if main_file else str(folder)
-        raise ModelLoadError(where, f"{type(exc).__name__}: {exc}") from exc
+        raise ModelLoadError(where, f"cannot be loaded ({type(exc).__name__})", f"{exc}") from exc
     if vocab is not None:
         _adopt_vocabulary(backend, vocab, manifest.file_path(folder, "vocab"))
     return backend
@@ -189,7 +197,7 @@ def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | Bpe
                 pad=specials.pad,
             )
         except (OSError, UnicodeDecodeError) as exc:
-            raise ModelLoadError(str(path), f"unreadable vocabulary: {exc}") from exc
+            raise ModelLoadError(str(path), "unreadable vocabulary", f"{exc}") from exc
         except (KeyError, ValueError) as exc:  # a bad escape, a duplicate, a missing special
             raise ModelLoadError(str(path), f"character vocabulary: {exc}") from exc
         return CharCodec(vocab, lowercase=spec.lowercase, pattern=spec.pattern)
@@ -197,7 +205,7 @@ def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | Bpe
     try:
         return BpeCodec.from_file(path, lowercase=spec.lowercase, pattern=spec.pattern)
     except Exception as exc:  # tokenizers' own errors, or our checks of its vocabulary
-        raise ModelLoadError(str(path), f"BPE tokenizer: {type(exc).__name__}: {exc}") from exc
+        raise ModelLoadError(str(path), f"BPE tokenizer: {type(exc).__name__}", f"{exc}") from exc
 
 
 def _adopt_vocabulary(backend: LanguageModelBackend, vocab: Vocabulary, path: Path) -> None:

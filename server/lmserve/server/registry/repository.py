@@ -25,7 +25,13 @@ from pathlib import Path
 from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.decoding.scoring import Scorer
-from lmserve.server.errors import ManifestError, ModelLoadError, ModelNotFound, ModelUnavailable
+from lmserve.server.errors import (
+    ManifestError,
+    ModelLoadError,
+    ModelNotFound,
+    ModelUnavailable,
+    clip,
+)
 from lmserve.server.manifest import (
     ModelKind,
     ModelManifest,
@@ -73,9 +79,11 @@ class ModelEntry:
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """What loading takes from the settings: the neural runtimes' options."""
+    """What loading takes from the settings: the neural runtimes' options, and whether
+    TorchScript models (code from the model file) may load."""
 
     onnx: OnnxOptions = OnnxOptions()
+    allow_torchscript: bool = True
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoadOptions:
@@ -86,7 +94,7 @@ class LoadOptions:
             max_chunk_tokens=settings.max_chunk_tokens,
             use_gpu=settings.onnx_use_gpu,
         )
-        return cls(onnx)
+        return cls(onnx, allow_torchscript=settings.allow_torchscript)
 
 
 def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
@@ -143,7 +151,7 @@ def load_entry(
         backend = load_backend(
             folder,
             manifest,
-            LoadContext(options.onnx, components),
+            LoadContext(options.onnx, components, allow_torchscript=options.allow_torchscript),
             vocab=subword.vocab if subword is not None else None,
         )
         _check_special_tokens(folder, manifest, backend)
@@ -151,7 +159,8 @@ def load_entry(
     except ModelLoadError as exc:
         name = manifest.name if manifest else folder.name
         log.error("model %s failed to load: %s", name, exc)
-        return ModelEntry(name, folder, ModelState.FAILED, manifest, load_error=str(exc))
+        error = client_load_error(folder, exc)
+        return ModelEntry(name, folder, ModelState.FAILED, manifest, load_error=error)
     seconds = time.perf_counter() - started
     log.info("model %s loaded from %s in %.2f s", manifest.name, folder, seconds)
     return ModelEntry(
@@ -162,6 +171,23 @@ def load_entry(
         scorer=Scorer(backend, codec),
         load_seconds=seconds,
     )
+
+
+def client_load_error(folder: Path, exc: ModelLoadError) -> str:
+    """What clients see of a load error (ListModels, GetModel, UNAVAILABLE): the file relative
+    to the repository (`kjv3/model.arpa`) and the reason, without the detail (a line of the file,
+    a library's message with absolute paths) that only the server log gets."""
+    return f"{_shown_path(folder, Path(exc.path))}: {clip(exc.reason, 300)}"
+
+
+def _shown_path(folder: Path, path: Path) -> str:
+    for base in (folder, folder.resolve()):
+        try:
+            relative = path.relative_to(base)
+        except ValueError:
+            continue
+        return str(Path(folder.name) / relative) if relative.parts else folder.name
+    return path.name or folder.name
 
 
 def _is_interpolated(folder: Path) -> bool:
@@ -221,9 +247,10 @@ class ModelRepository:
                     folder,
                     ModelState.FAILED,
                     entry.manifest,
-                    load_error=f"{folder}: model name {entry.name!r} already used by {first}",
+                    load_error=f"{folder.name}: model name {entry.name!r} already used by "
+                    f"{first.name}",
                 )
-                log.error("%s", entry.load_error)
+                log.error("%s: model name %r already used by %s", folder, entry.name, first)
             entries[entry.name] = entry
             if on_loaded is not None:
                 on_loaded(entry)

@@ -61,7 +61,7 @@ def read_arpa_bytes(path: Path) -> bytes:
                 return g.read()
         return path.read_bytes()
     except (OSError, EOFError) as exc:
-        raise ArpaFormatError(str(path), f"cannot read: {exc}") from exc
+        raise ArpaFormatError(str(path), "cannot read", f"{exc}") from exc
 
 
 def read_arpa(path: str | Path) -> ArpaModel:
@@ -71,8 +71,10 @@ def read_arpa(path: str | Path) -> ArpaModel:
 
 
 def parse_arpa(data: bytes, name: str = "<arpa>") -> ArpaModel:
-    def fail(line: int, reason: str) -> ArpaFormatError:
-        return ArpaFormatError(name, f"line {line}: {reason}")
+    def fail(line: int, reason: str, got: bytes | None = None) -> ArpaFormatError:
+        # What the line holds goes to the log only (`detail`), never to clients.
+        detail = "" if got is None else f"got {got[:80]!r}"
+        return ArpaFormatError(name, f"line {line}: {reason}", detail)
 
     pos, line_no = 0, 0
 
@@ -97,7 +99,7 @@ def parse_arpa(data: bytes, name: str = "<arpa>") -> ArpaModel:
             continue
         m = _COUNT_LINE.match(text)
         if m is None:
-            raise fail(line_no, f"expected 'ngram N=count', got {text[:80]!r}")
+            raise fail(line_no, "expected 'ngram N=count'", text)
         if int(m.group(1)) != len(counts) + 1:
             raise fail(line_no, f"expected the count of order {len(counts) + 1}")
         counts.append(int(m.group(2)))
@@ -111,7 +113,7 @@ def parse_arpa(data: bytes, name: str = "<arpa>") -> ArpaModel:
     orders: list[ArpaOrder] = []
     for n, count in enumerate(counts, start=1):
         if text is None or _SECTION_LINE.match(text) is None or int(text[1:-7]) != n:
-            raise fail(line_no, f"expected \\{n}-grams:, got {(text or b'end of file')[:80]!r}")
+            raise fail(line_no, f"expected \\{n}-grams:", text or b"end of file")
         start, first_line = pos, line_no + 1
         # The section runs to the next line that begins with a backslash.
         end = data.find(b"\n\\", start - 1)
@@ -125,7 +127,7 @@ def parse_arpa(data: bytes, name: str = "<arpa>") -> ArpaModel:
         while text == b"" and text is not None:
             text = next_line()
     if text != b"\\end\\":
-        raise fail(line_no, f"expected \\end\\, got {(text or b'end of file')[:80]!r}")
+        raise fail(line_no, "expected \\end\\", text or b"end of file")
     return ArpaModel(vocab=vocab, orders=orders, counts=counts)
 
 
@@ -137,7 +139,7 @@ def _parse_section(
     first_line: int,
     index: dict[bytes, int],
     vocab: list[str],
-    raise_at: Callable[[int, str], ArpaFormatError],
+    raise_at: Callable[[int, str, bytes | None], ArpaFormatError],
 ) -> ArpaOrder:
     """Parses one `\\n-grams:` block; unigrams also fill `index`/`vocab`."""
     arr = np.frombuffer(block, dtype=np.uint8)
@@ -158,13 +160,17 @@ def _parse_section(
     fields = fields[nonblank]
     if len(fields) != count:
         where = int(lines[count]) if len(fields) > count else first_line + n_lines - 1
-        raise raise_at(where, f"\\data\\ declares {count} {n}-grams, the section has {len(fields)}")
+        raise raise_at(
+            where, f"\\data\\ declares {count} {n}-grams, the section has {len(fields)}", None
+        )
     allowed = (fields == n + 1) | ((fields == n + 2) & has_backoff)
     if not allowed.all():
         bad = int(np.argmin(allowed))
         want = f"{n + 1} or {n + 2}" if has_backoff else f"{n + 1}"
         raise raise_at(
-            int(lines[bad]), f"a {n}-gram line needs {want} fields, it has {int(fields[bad])}"
+            int(lines[bad]),
+            f"a {n}-gram line needs {want} fields, it has {int(fields[bad])}",
+            None,
         )
     tokens = block.split()
     first = np.zeros(count, dtype=np.int64)
@@ -188,7 +194,7 @@ def _parse_section(
                     float(tok)
                 except ValueError:
                     line = int(lines[which[i]])
-                    raise raise_at(line, f"not a number: {tok[:40]!r}") from None
+                    raise raise_at(line, "not a number", tok) from None
             raise
 
     everything = np.arange(count, dtype=np.int64)
@@ -205,12 +211,12 @@ def _parse_section(
         raw = column(first + 1)
         for i, word in enumerate(raw):
             if word in index:
-                raise raise_at(int(lines[i]), f"duplicate unigram {word[:40]!r}")
+                raise raise_at(int(lines[i]), "duplicate unigram", word)
             index[word] = i
         try:
             vocab.extend(w.decode("utf-8") for w in raw)
         except UnicodeDecodeError as exc:
-            raise raise_at(first_line, f"a word is not UTF-8: {exc}") from None
+            raise raise_at(first_line, "a word is not UTF-8", str(exc).encode()) from None
         words[:, 0] = np.arange(count, dtype=np.int32)
     else:
         for j in range(n):
@@ -218,7 +224,7 @@ def _parse_section(
             ids = np.fromiter(map(index.get, raw, repeat(-1)), dtype=np.int32, count=count)
             if (ids < 0).any():
                 bad = int(np.argmin(ids))
-                raise raise_at(int(lines[bad]), f"word {raw[bad][:40]!r} is not among the unigrams")
+                raise raise_at(int(lines[bad]), "a word is not among the unigrams", raw[bad])
             words[:, j] = ids
     return ArpaOrder(words=words, log10_prob=log10_prob, log10_backoff=log10_backoff, lines=lines)
 

@@ -123,13 +123,13 @@ def load_arrays(path: Path, *, verify: bool = False) -> NgramArrays:
         with path.open("rb") as f:
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as exc:  # ValueError: an empty file cannot be mapped
-        raise ModelLoadError(where, f"cannot map the model file: {exc}") from exc
+        raise ModelLoadError(where, "cannot map the model file", f"{exc}") from exc
     size = len(buf)
     if size < _FIXED.size:
         raise ModelLoadError(where, "file too short to be an n-gram binary")
     magic, version, header_len, header_crc = _FIXED.unpack_from(buf, 0)
     if magic != MAGIC:
-        raise ModelLoadError(where, f"not an lmserve n-gram binary (magic {magic!r})")
+        raise ModelLoadError(where, "not an lmserve n-gram binary", f"magic {magic!r}")
     if version != VERSION:
         raise BinaryVersionError(where, version)
     blob = buf[_FIXED.size : _FIXED.size + header_len]
@@ -144,7 +144,7 @@ def load_arrays(path: Path, *, verify: bool = False) -> NgramArrays:
         arrays = {e["name"]: _view(buf, e, where, verify) for e in header["arrays"]}
         return _assemble(header, arrays, where)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(where, f"malformed header: {exc!r}") from exc
+        raise ModelLoadError(where, "malformed header", f"{exc!r}") from exc
 
 
 def _view(buf: mmap.mmap, entry: dict[str, Any], where: str, verify: bool) -> npt.NDArray[Any]:
