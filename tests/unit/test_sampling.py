@@ -270,6 +270,7 @@ def test_same_seed_same_tokens_alone_and_inside_a_busy_batch() -> None:
         ({"min_p": 1.1}, "sampling.min_p"),
         ({"typical_p": 0.0}, "sampling.typical_p"),
         ({"repetition_penalty": 0.0}, "sampling.repetition_penalty"),
+        ({"repetition_penalty": 5e-324}, "sampling.repetition_penalty"),  # found by fuzzing
         ({"presence_penalty": 2.5}, "sampling.presence_penalty"),
         ({"frequency_penalty": -3.0}, "sampling.frequency_penalty"),
         ({"no_repeat_ngram_size": -1}, "sampling.no_repeat_ngram_size"),

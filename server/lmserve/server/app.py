@@ -27,12 +27,12 @@ from typing import Any
 import grpc
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from lmserve.server.api.auth import AuthInterceptor, configured_token, server_credentials
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
 from lmserve.server.api.interceptors import ServingInterceptor
+from lmserve.server.api.reflection import enable_reflection
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_models import ServedModels
@@ -156,13 +156,12 @@ async def start_server(
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     await publish_health(health, repository)
-    reflection.enable_server_reflection(
+    enable_reflection(  # v1 and v1alpha
+        server,
         (
             pb.DESCRIPTOR.services_by_name["LanguageModelService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
         ),
-        server,
     )
     try:
         port = _bind(server, f"{settings.host}:{settings.port}", credentials)

@@ -12,7 +12,7 @@ Ranges and combinations:
 `sampling.top_k`                       >= 0 (0 = off)
 `sampling.top_p`, `sampling.typical_p` (0, 1] (1 = off)
 `sampling.min_p`                       [0, 1] (0 = off)
-`sampling.repetition_penalty`          (0, 100] (1 = off; > 1 discourages repeats)
+`sampling.repetition_penalty`          [0.01, 100] (1 = off; > 1 discourages repeats)
 `sampling.presence_penalty`,           [-2, 2] (0 = off; the OpenAI range)
 `sampling.frequency_penalty`
 `sampling.no_repeat_ngram_size`        >= 0 (0 = off)
@@ -44,6 +44,8 @@ LENGTH_PENALTIES: tuple[str, ...] = ("none", "gnmt", "average")
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_CHARS = 256
 MAX_REPETITION_PENALTY = 100.0
+# Below this, dividing a logit by the penalty overflows to inf.
+MIN_REPETITION_PENALTY = 0.01
 MAX_OPENAI_PENALTY = 2.0
 MAX_LENGTH_PENALTY_ALPHA = 10.0
 
@@ -112,8 +114,8 @@ class SamplingParams:
         _in_range(p + "min_p", self.min_p, 0.0, 1.0)
         _in_range(p + "typical_p", self.typical_p, 0.0, 1.0, lo_open=True)
         _in_range(
-            p + "repetition_penalty", self.repetition_penalty, 0.0, MAX_REPETITION_PENALTY,
-            lo_open=True,
+            p + "repetition_penalty", self.repetition_penalty, MIN_REPETITION_PENALTY,
+            MAX_REPETITION_PENALTY,
         )  # fmt: skip
         for name in ("presence_penalty", "frequency_penalty"):
             _in_range(p + name, getattr(self, name), -MAX_OPENAI_PENALTY, MAX_OPENAI_PENALTY)
