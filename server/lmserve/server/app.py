@@ -5,7 +5,8 @@ In-process use (tests, benchmarks):
     with start_background_server(load_settings({"port": 0, "metrics_port": 0})) as running:
         channel = grpc.insecure_channel(f"localhost:{running.port}")
 
-`serve(settings)` is what `lmserve serve` runs: it starts, waits for SIGTERM/SIGINT and stops
+`serve(settings)` is what `lmserve serve` runs: SIGHUP reloads the model repository
+(`api.reloading`); it starts, waits for SIGTERM/SIGINT and stops
 gracefully: health goes NOT_SERVING at once, RPCs are still served for `shutdown_notice_seconds`
 (load balancers notice), then new RPCs are refused and in-flight ones get `grace_period_seconds`
 to finish; it exits when the last one ends.
@@ -33,6 +34,7 @@ from lmserve.server.api.auth import AuthInterceptor, configured_token, server_cr
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
 from lmserve.server.api.interceptors import ServingInterceptor
 from lmserve.server.api.reflection import enable_reflection
+from lmserve.server.api.reloading import Reloader
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_models import ServedModels
@@ -43,6 +45,7 @@ from lmserve.server.registry.repository import (
     ModelRepository,
     ModelState,
 )
+from lmserve.server.registry.rescan import RepositoryScanner, RescanResult
 from lmserve.server.settings import Settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
@@ -58,9 +61,10 @@ class RunningServer:
     port: int
     metrics: Metrics
     health: HealthServicer
-    repository: ModelRepository
     models: ServedModels
+    reloader: Reloader
     metrics_port: int | None = None
+    _poller: asyncio.Task[None] | None = field(default=None, repr=False)
     _metrics_httpd: Any = None
     _stopped: bool = field(default=False, repr=False)
     _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -71,6 +75,8 @@ class RunningServer:
         if self._stopped:
             return
         self._stopped = True
+        if self._poller is not None:
+            self._poller.cancel()
         await self.health.enter_graceful_shutdown()
         if notice > 0:
             log.info("health NOT_SERVING; still serving for %.1f s", notice)
@@ -82,6 +88,15 @@ class RunningServer:
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
             self._metrics_httpd.server_close()
+
+    @property
+    def repository(self) -> ModelRepository:
+        """The repository served now (a reload replaces it)."""
+        return self.models.repository
+
+    async def reload(self) -> RescanResult:
+        """Rescans the model repository and serves what changed (`api.reloading`)."""
+        return await self.reloader.reload()
 
     async def hurry(self) -> None:
         """Ends a `stop` in progress now: no more notice, in-flight RPCs cancelled (a second
@@ -118,6 +133,9 @@ async def start_server(
     credentials = server_credentials(settings)
     token = configured_token(settings)
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
+    # Fingerprinted before loading: a folder changed while the models load is reloaded later.
+    root = repository.root if repository is not None else settings.model_repository
+    scanner = await asyncio.to_thread(RepositoryScanner, root, LoadOptions.from_settings(settings))
     if repository is None:
         repository = await asyncio.to_thread(load_repository, settings, metrics)
     else:
@@ -169,7 +187,9 @@ async def start_server(
         models.close()  # its worker threads would outlive a failed start
         raise
     await server.start()
-    running = RunningServer(server, port, metrics, health, repository, models)
+    running = RunningServer(
+        server, port, metrics, health, models, Reloader(models, health, metrics, scanner)
+    )
     if settings.metrics_enabled:
         try:
             httpd, running.metrics_port = serve_metrics(
@@ -182,6 +202,8 @@ async def start_server(
             raise OSError(f"cannot bind {address} (metrics): {exc.strerror or exc}") from None
         running._metrics_httpd = httpd
         log.info("metrics on http://%s:%d/metrics", settings.metrics_host, running.metrics_port)
+    if settings.reload_poll_seconds:
+        running._poller = asyncio.create_task(running.reloader.poll(settings.reload_poll_seconds))
     ready = sum(e.state is ModelState.READY for e in repository.entries())
     log.info(
         "lmserve serving %s on %s:%d (%d of %d models ready%s%s)",
@@ -237,6 +259,15 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[Any]] = set()  # held, so they are not collected mid-reload
+
+    def on_sighup() -> None:
+        log.info("SIGHUP: reloading the model repository")
+        task = asyncio.create_task(running.reload())
+        reloads.add(task)
+        task.add_done_callback(_reload_done(reloads))
+
+    loop.add_signal_handler(signal.SIGHUP, on_sighup)
     await stop.wait()
     log.info(
         "shutting down: %.1f s notice, then %.1f s for in-flight requests (signal again: now)",
@@ -255,6 +286,15 @@ async def serve(settings: Settings) -> None:
     again.cancel()
     await stopping
     log.info("stopped")
+
+
+def _reload_done(tasks: set[asyncio.Task[Any]]) -> Any:
+    def done(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("repository reload failed: %s", task.exception())
+
+    return done
 
 
 class BackgroundServer:
@@ -291,6 +331,10 @@ class BackgroundServer:
     @property
     def address(self) -> str:
         return f"localhost:{self.port}"
+
+    def reload(self, timeout: float = 60.0) -> RescanResult:
+        """Rescans the repository now (what SIGHUP does) and returns what changed."""
+        return asyncio.run_coroutine_threadsafe(self.running.reload(), self._loop).result(timeout)
 
     def stop(self, grace: float | None = None) -> None:
         if not self._loop.is_closed():

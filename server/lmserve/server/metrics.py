@@ -132,6 +132,13 @@ class Metrics:
             ["model", "event"],
             registry=registry,
         )
+        self.model_reloads = Counter(
+            "lmserve_model_reloads",
+            "Models a repository reload changed: added, replaced, removed, or failed (the "
+            "version before keeps serving).",
+            ["model", "result"],
+            registry=registry,
+        )
 
         # The labelled children the per-request paths use, looked up once per label values:
         # `labels()` validates and locks on every call (~2.5 us), five times per Score request.

@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     auth_token: SecretStr | None = None
     # Lets grpc.health.v1 through without a token (load balancers and kubelet probes have none).
     auth_health_open: bool = True
+    # Hot reload: SIGHUP always rescans the repository; with this set, it is also rescanned
+    # every so many seconds (None: only on SIGHUP).
+    reload_poll_seconds: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check_security(self) -> Settings:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from lmserve.server.api.interceptors import note_model
+from lmserve.server.api.model_use import same_model, use_model
 from lmserve.server.api.pipelining import read_ahead
-from lmserve.server.api.validation import check_text_bytes, validate_model_name
+from lmserve.server.api.validation import check_text_bytes
 from lmserve.server.engine.completion import Completer
 from lmserve.server.engine.limits import RequestLimits
 from lmserve.server.engine.served_model import ServedModel
@@ -45,40 +45,37 @@ async def complete_stream(
             raise first
         if first is None:
             return
-        served, session_id = _open(models, first)
-        completer = served.completer
-        message: pb.CompleteRequest | Exception | None = first
-        while message is not None:
-            if isinstance(message, BaseException):
-                raise message
-            _check_same_session(served.name, session_id, message)
-            session = completer.session(session_id)
-            async with _session_lock(session):
-                response = await _apply(completer, served, limits, session, message)
-                if inbox.empty():
-                    words = await completer.suggest(session, message.partial_word, message.k)
-                    response.completions.extend(
-                        pb.Completion(word=w, log_prob=lp) for w, lp in words
-                    )
-                else:
-                    response.skipped = True
-                completer.store(session)
-            yield response
-            message = await inbox.get()
+        if not first.model:
+            raise InvalidArgument(
+                "model", "is empty; the first message of a Complete stream names the model"
+            )
+        with use_model(models, first.model) as served:  # held for the whole stream
+            session_id = _open(served, first)
+            completer = served.completer
+            message: pb.CompleteRequest | Exception | None = first
+            while message is not None:
+                if isinstance(message, BaseException):
+                    raise message
+                _check_same_session(models, served, session_id, message)
+                session = completer.session(session_id)
+                async with _session_lock(session):
+                    response = await _apply(completer, served, limits, session, message)
+                    if inbox.empty():
+                        words = await completer.suggest(session, message.partial_word, message.k)
+                        response.completions.extend(
+                            pb.Completion(word=w, log_prob=lp) for w, lp in words
+                        )
+                    else:
+                        response.skipped = True
+                    completer.store(session)
+                yield response
+                message = await inbox.get()
     finally:
         reader.cancel()
 
 
-def _open(models: ServedModels, first: pb.CompleteRequest) -> tuple[ServedModel, str]:
-    """The stream's model and session id (a new one when the first message has none)."""
-    if not first.model:
-        raise InvalidArgument(
-            "model", "is empty; the first message of a Complete stream names the model"
-        )
-    name = validate_model_name(first.model)
-    if name in models:
-        note_model(name)
-    served = models.ready(name)
+def _open(served: ServedModel, first: pb.CompleteRequest) -> str:
+    """The stream's session id (a new one when the first message has none)."""
     session_id = first.session_id or served.completer.new_session_id()
     if len(session_id) > _MAX_SESSION_ID:
         raise InvalidArgument("session_id", f"is longer than {_MAX_SESSION_ID} characters")
@@ -88,13 +85,16 @@ def _open(models: ServedModels, first: pb.CompleteRequest) -> tuple[ServedModel,
             "session_id",
             f"belongs to model {owner[:100]!r}, not {served.name!r}; start a new session",
         )
-    return served, session_id
+    return session_id
 
 
-def _check_same_session(model: str, session_id: str, message: pb.CompleteRequest) -> None:
-    if message.model and message.model != model:
+def _check_same_session(
+    models: ServedModels, served: ServedModel, session_id: str, message: pb.CompleteRequest
+) -> None:
+    if not same_model(models, served, message.model):
         raise InvalidArgument(
-            "model", f"changed mid-stream from {model!r}; open a new stream for another model"
+            "model",
+            f"changed mid-stream from {served.name!r}; open a new stream for another model",
         )
     if message.session_id and message.session_id != session_id:
         raise InvalidArgument(

@@ -40,8 +40,14 @@ def model_service_name(model: str) -> str:
 
 
 async def publish_health(health: HealthServicer, repository: ModelRepository) -> None:
-    """Sets every status from the repository's current state."""
+    """Sets every status from the repository's current state; models no longer in it (a
+    reload removed them) go NOT_SERVING."""
     entries = repository.entries()
+    names = {model_service_name(e.name) for e in entries}
+    prefix = model_service_name("")
+    for service in list(health._server_status):
+        if service.startswith(prefix) and service not in names:
+            await health.set(service, NOT_SERVING)
     overall = SERVING if any(e.state is ModelState.READY for e in entries) else NOT_SERVING
     await health.set("", overall)
     await health.set(SERVICE_NAME, overall)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmserve.server.api.interceptors import note_model
-from lmserve.server.api.validation import check_text_bytes, validate_model_name, validate_options
+from lmserve.server.api.model_use import use_model
+from lmserve.server.api.validation import check_text_bytes, validate_options
 from lmserve.server.decoding.rerank import LengthUnit, RerankWeights, rank, text_length
 from lmserve.server.engine.limits import RequestLimits
-from lmserve.server.engine.served_model import TextInput
+from lmserve.server.engine.served_model import ServedModel, TextInput
 from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
 from lmserve.v1 import lm_service_pb2 as pb
@@ -142,10 +142,13 @@ async def rerank(
     models: ServedModels, limits: RequestLimits, request: pb.RerankRequest, deadline: float | None
 ) -> pb.RerankResponse:
     """One Rerank request, checked, scored and answered (lists in request order)."""
-    name = validate_model_name(request.model)
-    if name in models:
-        note_model(name)
-    served = models.ready(name)
+    with use_model(models, request.model) as served:
+        return await _rerank(served, limits, request, deadline)
+
+
+async def _rerank(
+    served: ServedModel, limits: RequestLimits, request: pb.RerankRequest, deadline: float | None
+) -> pb.RerankResponse:
     weights = rerank_weights(request)
     options = validate_options(request)
     hyps = _hypotheses(request, limits)

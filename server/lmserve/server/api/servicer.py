@@ -8,6 +8,7 @@ Errors are raised as `lmserve.server.errors` and mapped to status codes by the i
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -16,6 +17,7 @@ from grpc import aio
 from lmserve.server.api import convert, generation
 from lmserve.server.api.complete import complete_stream
 from lmserve.server.api.interceptors import note_model
+from lmserve.server.api.model_use import same_model, use_model
 from lmserve.server.api.pipelining import pipelined
 from lmserve.server.api.rerank import rerank
 from lmserve.server.api.validation import (
@@ -57,7 +59,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         self, request: pb.GetModelRequest, context: aio.ServicerContext
     ) -> pb.GetModelResponse:
         entry = self._models.entry(validate_model_name(request.model))
-        note_model(entry.name)
+        note_model(entry.name)  # GetModel holds no model: it only reads the entry
         return pb.GetModelResponse(model=convert.model_info(entry))
 
     # -- scoring ---------------------------------------------------------------------------
@@ -82,22 +84,22 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     ) -> pb.ScoreResponse | bytes:
         """One Score request, validated, scored and converted (Score and ScoreStream): totals
         alone as the response's wire bytes, which the interceptor sends as they are."""
-        served = self._ready(request.model)
-        batch = validate_batch(request, self._limits.requests)
-        options = validate_options(request)
-        scored = await served.score(
-            batch, options, details=request.return_tokens, deadline=deadline
-        )
+        with use_model(self._models, request.model) as served:
+            batch = validate_batch(request, self._limits.requests)
+            options = validate_options(request)
+            scored = await served.score(
+                batch, options, details=request.return_tokens, deadline=deadline
+            )
         return convert.score_response_bytes(request.model, scored)
 
     async def Perplexity(
         self, request: pb.PerplexityRequest, context: aio.ServicerContext
     ) -> pb.PerplexityResponse:
-        served = self._ready(request.model)
-        batch = validate_batch(request, self._limits.requests)
-        options = validate_options(request)
-        stats = PerplexityAccumulator()
-        stats.add(await _perplexity_scores(served, batch, options, _deadline(context)))
+        with use_model(self._models, request.model) as served:
+            batch = validate_batch(request, self._limits.requests)
+            options = validate_options(request)
+            stats = PerplexityAccumulator()
+            stats.add(await _perplexity_scores(served, batch, options, _deadline(context)))
         return pb.PerplexityResponse(
             model=request.model, stats=convert.perplexity_stats(stats.result())
         )
@@ -112,16 +114,23 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         options_message: pb.ScoreOptions | None = None
         stats = PerplexityAccumulator()
         deadline = _deadline(context)
-        async for message in request_iterator:
-            if served is None:
-                served = self._ready(message.model)
-                options = validate_options(message)
-                options_message = message.options
-            else:
-                _check_same_stream(served.name, options_message, message)
-            batch = validate_batch(message, self._limits.requests, allow_empty=True)
-            if len(batch):
-                stats.add(await _perplexity_scores(served, batch, options, deadline))
+        with contextlib.ExitStack() as held:
+            async for message in request_iterator:
+                if served is None:
+                    served = held.enter_context(use_model(self._models, message.model))
+                    options = validate_options(message)
+                    options_message = message.options
+                elif not same_model(self._models, served, message.model):
+                    raise InvalidArgument(
+                        "model",
+                        f"changed mid-stream from {served.name!r} to {message.model!r}; "
+                        "send one model",
+                    )
+                else:
+                    _check_same_options(options_message, message)
+                batch = validate_batch(message, self._limits.requests, allow_empty=True)
+                if len(batch):
+                    stats.add(await _perplexity_scores(served, batch, options, deadline))
         if served is None:
             raise InvalidArgument("model", "the stream had no messages; the first names the model")
         return pb.CorpusPerplexityResponse(
@@ -133,31 +142,31 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     async def Generate(
         self, request: pb.GenerateRequest, context: aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
-        served = self._ready(request.model)
-        words = served.vocab.words
-        params = generation.generate_params(request, self._limits.generation, len(words))
-        prompt = self._prompt(served, request.prompt, request.prompt_token_ids)
-        deadline = _deadline(context)
-        stream = served.generate(prompt, params, deadline)
-        logprobs, top = params.logprobs, params.top_logprobs
-        try:
-            async for events in stream.batches():
-                if any(_ended_by_deadline(event, deadline) for event in events):
-                    # The scheduler freed the slot at the deadline; the call itself failed.
-                    raise DeadlineExceeded("Generate did not finish before the deadline")
-                for message in generation.generate_responses(events, words, logprobs, top):
-                    yield message
-        finally:
-            stream.cancel()  # no-op when finished; frees the slots of a client that left
+        with use_model(self._models, request.model) as served:
+            words = served.vocab.words
+            params = generation.generate_params(request, self._limits.generation, len(words))
+            prompt = self._prompt(served, request.prompt, request.prompt_token_ids)
+            deadline = _deadline(context)
+            stream = served.generate(prompt, params, deadline)
+            logprobs, top = params.logprobs, params.top_logprobs
+            try:
+                async for events in stream.batches():
+                    if any(_ended_by_deadline(event, deadline) for event in events):
+                        # The scheduler freed the slot at the deadline; the call itself failed.
+                        raise DeadlineExceeded("Generate did not finish before the deadline")
+                    for message in generation.generate_responses(events, words, logprobs, top):
+                        yield message
+            finally:
+                stream.cancel()  # no-op when finished; frees the slots of a client that left
 
     async def BeamSearch(
         self, request: pb.BeamSearchRequest, context: aio.ServicerContext
     ) -> pb.BeamSearchResponse:
-        served = self._ready(request.model)
-        vocab = served.vocab
-        params = generation.beam_params(request, self._limits.generation, len(vocab))
-        prompt = self._prompt(served, request.prompt, request.prompt_token_ids)
-        hypotheses = await served.beam_search(prompt, params, _deadline(context))
+        with use_model(self._models, request.model) as served:
+            vocab = served.vocab
+            params = generation.beam_params(request, self._limits.generation, len(vocab))
+            prompt = self._prompt(served, request.prompt, request.prompt_token_ids)
+            hypotheses = await served.beam_search(prompt, params, _deadline(context))
         detokenizer = served.detokenizer()
         return pb.BeamSearchResponse(
             hypotheses=[generation.beam_hypothesis(h, vocab, detokenizer()) for h in hypotheses]
@@ -202,12 +211,6 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         check_text_bytes("prompt", text, self._limits.requests)
         return served.encode_prompt(text)
 
-    def _ready(self, model: str) -> ServedModel:
-        name = validate_model_name(model)
-        if name in self._models:
-            note_model(name)
-        return self._models.ready(name)
-
 
 async def _perplexity_scores(
     served: ServedModel, batch: TextInput, options: ScoreOptions, deadline: float | None
@@ -221,14 +224,10 @@ def _deadline(context: aio.ServicerContext) -> float | None:
     return None if remaining is None else time.monotonic() + remaining
 
 
-def _check_same_stream(
-    model: str, first_options: pb.ScoreOptions | None, message: pb.CorpusPerplexityRequest
+def _check_same_options(
+    first_options: pb.ScoreOptions | None, message: pb.CorpusPerplexityRequest
 ) -> None:
-    """Later corpus messages may leave model/options empty, or must repeat the first's."""
-    if message.model and message.model != model:
-        raise InvalidArgument(
-            "model", f"changed mid-stream from {model!r} to {message.model!r}; send one model"
-        )
+    """Later corpus messages may leave options empty, or must repeat the first's."""
     if message.HasField("options") and message.options != first_options:
         raise InvalidArgument("options", "changed mid-stream; later messages must repeat them")
 

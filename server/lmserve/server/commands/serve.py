@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="positions (rows x padded length) in one neural scoring pass",
     )
     parser.add_argument(
+        "--reload-poll-seconds",
+        type=float,
+        help="rescan the model repository this often (default: only on SIGHUP)",
+    )
+    parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], default=None
     )
 
@@ -82,6 +87,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "tls_client_ca_file",
         "auth_token_file",
         "scoring_unit_tokens",
+        "reload_poll_seconds",
         "log_level",
     )
     return load_settings({name: getattr(args, name, None) for name in names})

@@ -1,20 +1,38 @@
 """The served models of a repository, by name: READY ones as `ServedModel`s, failed ones kept.
 
     models = ServedModels(repository, EngineLimits(), metrics)
-    served = models.ready("kjv-5gram")     # ModelNotFound / ModelUnavailable otherwise
+    with models.use("kjv-5gram") as served:     # or "kjv-5gram@3": the manifest's version
+        await served.score(...)
     [entry.name for entry in models.entries()]
 
 The registry loads (manifest -> backend -> `ModelEntry`); this map turns each READY entry into
 the `ServedModel` that serves it. Failed entries stay listed, with their load error.
+
+Hot reload (`swap`) replaces the map atomically: an unchanged entry keeps its `ServedModel`
+(sessions, queues, schedulers), a new or changed one gets a new `ServedModel`. A replaced or
+removed `ServedModel` is retired, not closed: requests hold their model through `use()`, which
+counts them, and a retired model is closed when its last request leaves (at once when it has
+none). Counting, rather than a grace delay, never cuts a long Generate or Complete stream short
+and closes an idle old model without waiting.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_model import ServedModel
-from lmserve.server.errors import ModelUnavailable
+from lmserve.server.errors import ModelNotFound, ModelUnavailable
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry, ModelRepository, ModelState
+
+
+def split_version(model: str) -> tuple[str, str | None]:
+    """`name@version` -> (name, version); a plain name has no version."""
+    name, at, version = model.partition("@")
+    return (name, version) if at else (model, None)
 
 
 class ServedModels:
@@ -25,6 +43,10 @@ class ServedModels:
     ) -> None:
         self.repository = repository
         self.limits = limits
+        self._metrics = metrics
+        self._lock = threading.RLock()
+        self._users: dict[ServedModel, int] = {}
+        self._retired: set[ServedModel] = set()
         self._served = {
             entry.name: ServedModel(entry, limits, metrics)
             for entry in repository.entries()
@@ -39,23 +61,101 @@ class ServedModels:
         return self.repository.names()
 
     def __contains__(self, name: object) -> bool:
-        return name in self.repository
+        return isinstance(name, str) and self.base_name(name) in self.repository
 
-    def entry(self, name: str) -> ModelEntry:
-        return self.repository.get(name)
+    def base_name(self, model: str) -> str:
+        """The model's name without `@version` (an exact name with `@` stays as it is)."""
+        return model if model in self.repository else split_version(model)[0]
 
-    def ready(self, name: str) -> ServedModel:
-        """The model if it serves; ModelNotFound or ModelUnavailable (with its load error)."""
-        served = self._served.get(name)
+    def entry(self, model: str) -> ModelEntry:
+        """The entry of `name` or `name@version` (ModelNotFound for another version)."""
+        repository = self.repository
+        if model in repository:
+            return repository.get(model)
+        name, version = split_version(model)
+        entry = repository.get(name)  # ModelNotFound when absent
+        if version is not None:
+            served = entry.manifest.version if entry.manifest else None
+            if version != served:
+                raise ModelNotFound(
+                    model, [f"{name}@{served}"] if served is not None else repository.names()
+                )
+        return entry
+
+    def ready(self, model: str) -> ServedModel:
+        """The model if it serves; ModelNotFound or ModelUnavailable (with its load error).
+        Calls that await work on it should hold it through `use()` instead."""
+        with self._lock:  # the repository and the map of one swap, never of two
+            entry = self.entry(model)
+            served = self._served.get(entry.name)
         if served is not None:
             return served
-        entry = self.repository.get(name)  # ModelNotFound when absent
-        raise ModelUnavailable(f"model {name!r} failed to load: {entry.load_error}")
+        raise ModelUnavailable(f"model {entry.name!r} failed to load: {entry.load_error}")
+
+    @contextmanager
+    def use(self, model: str) -> Iterator[ServedModel]:
+        """The model, held for the block: a reload closes it only after the block ends."""
+        with self._lock:
+            served = self.ready(model)
+            self._users[served] = self._users.get(served, 0) + 1
+        try:
+            yield served
+        finally:
+            self._release(served)
+
+    def _release(self, served: ServedModel) -> None:
+        with self._lock:
+            left = self._users[served] - 1
+            if left:
+                self._users[served] = left
+                return
+            del self._users[served]
+            closing = served in self._retired
+            self._retired.discard(served)
+        if closing:
+            served.close()
+
+    def in_use(self, served: ServedModel) -> int:
+        """Requests holding `served` right now."""
+        with self._lock:
+            return self._users.get(served, 0)
+
+    def swap(self, repository: ModelRepository) -> list[ServedModel]:
+        """Serves `repository` from now on (blocking: new models build their indexes here).
+        Entries kept from the current repository keep their `ServedModel`; the others are
+        retired and closed when their last request ends. Returns the retired ones."""
+        current = dict(self._served)
+        served: dict[str, ServedModel] = {}
+        for entry in repository.entries():
+            if entry.state is not ModelState.READY:
+                continue
+            old = current.get(entry.name)
+            if old is not None and old.entry is entry:
+                served[entry.name] = old
+            else:
+                served[entry.name] = ServedModel(entry, self.limits, self._metrics)
+        kept = {id(s) for s in served.values()}
+        retired = [s for s in current.values() if id(s) not in kept]
+        idle = []
+        with self._lock:
+            self._served = served
+            self.repository = repository
+            for old in retired:
+                if self._users.get(old):
+                    self._retired.add(old)
+                else:
+                    idle.append(old)
+        for old in idle:
+            old.close()
+        return retired
 
     def served(self) -> list[ServedModel]:
         return list(self._served.values())
 
     def close(self) -> None:
-        """Stops every model's threads without waiting behind model work."""
-        for served in self._served.values():
+        """Stops every model's threads (retired ones too) without waiting behind model work."""
+        with self._lock:
+            models = [*self._served.values(), *self._retired]
+            self._retired.clear()
+        for served in models:
             served.close()
