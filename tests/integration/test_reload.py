@@ -251,3 +251,35 @@ def test_polling_reloads_without_a_signal(repo: Path) -> None:
                     return False
 
             assert wait_until(serves, 20, step=0.1)
+
+
+def test_an_open_stream_finishes_on_the_old_model_which_closes_after_it(
+    server: BackgroundServer, stub: Stub, repo: Path
+) -> None:
+    models = server.running.models
+    old = models.ready("alpha")
+    outbox: list[pb.CompleteRequest | None] = []
+
+    def requests() -> Iterator[pb.CompleteRequest]:
+        for sent in range(10):
+            assert wait_until(lambda sent=sent: len(outbox) > sent, 10)  # type: ignore[misc]
+            message = outbox[sent]
+            if message is None:
+                return
+            yield message
+
+    outbox.append(pb.CompleteRequest(model="alpha", append_text="a", k=1))
+    replies = stub.Complete(requests(), timeout=30)
+    first = next(replies)
+    assert first.model == "alpha" and first.context_tokens == 1
+    assert models.in_use(old) == 1
+    write_model(repo / "alpha", "alpha", a=-0.9, version="2")
+    assert server.reload().replaced == ["alpha"]
+    assert models.ready("alpha") is not old
+    # The stream still holds (and is answered by) the old model, which is not closed yet.
+    outbox.append(pb.CompleteRequest(append_text="a", k=1))
+    assert next(replies).context_tokens == 2
+    assert not old._scoring._closed  # the queue a close() would stop
+    outbox.append(None)
+    assert list(replies) == []
+    assert wait_until(lambda: models.in_use(old) == 0 and old._scoring._closed, 10)
