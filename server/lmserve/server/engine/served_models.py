@@ -47,6 +47,7 @@ class ServedModels:
         self._lock = threading.RLock()
         self._users: dict[ServedModel, int] = {}
         self._retired: set[ServedModel] = set()
+        self._closed = False
         self._served = {
             entry.name: ServedModel(entry, limits, metrics)
             for entry in repository.entries()
@@ -138,6 +139,11 @@ class ServedModels:
         retired = [s for s in current.values() if id(s) not in kept]
         idle = []
         with self._lock:
+            if self._closed:  # the server stopped while the reload loaded: serve nothing new
+                fresh = [s for s in served.values() if s not in current.values()]
+                for model in fresh:
+                    model.close()
+                return []
             self._served = served
             self.repository = repository
             for old in retired:
@@ -155,6 +161,7 @@ class ServedModels:
     def close(self) -> None:
         """Stops every model's threads (retired ones too) without waiting behind model work."""
         with self._lock:
+            self._closed = True
             models = [*self._served.values(), *self._retired]
             self._retired.clear()
         for served in models:
