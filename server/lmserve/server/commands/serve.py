@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from lmserve.server.allocator import keep_freed_memory
+    from lmserve.server.api.observe import TracingUnavailable
     from lmserve.server.app import serve
     from lmserve.server.logging_setup import setup_logging
 
@@ -102,11 +103,12 @@ def run(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError) as exc:
         print(f"lmserve serve: bad settings: {exc}", file=sys.stderr)
         return 2
-    setup_logging(settings.log_level)
+    setup_logging(settings.log_level, settings.log_format)
     keep_freed_memory()  # per-step numpy temporaries stay mapped (see allocator.py)
     try:
         asyncio.run(serve(settings))
-    except OSError as exc:  # no repository folder, port taken, unreadable TLS or token file
+    # No repository folder, port taken, unreadable TLS or token file, tracing not installed.
+    except (OSError, TracingUnavailable) as exc:
         print(f"lmserve serve: {exc}", file=sys.stderr)
         return 1
     return 0
