@@ -110,17 +110,6 @@ class Settings(BaseSettings):
     # Lets grpc.health.v1 through without a token (load balancers and kubelet probes have none).
     auth_health_open: bool = True
 
-    # -- observability -------------------------------------------------------------------------
-    # "json": one JSON object per log line (time, level, logger, message, and request_id, method,
-    # model inside an RPC); "text": plain lines.
-    log_format: Literal["text", "json"] = "text"
-    # One INFO line per RPC (method, model, code, duration_ms, request_id) on `lmserve.access`;
-    # None: on with log_format json, off with text.
-    access_log: bool | None = None
-    # Each RPC an OpenTelemetry span (needs the `otel` extra; the SDK and exporter are configured
-    # the usual OTEL_* way by whoever sets the global tracer provider).
-    otel_tracing: bool = False
-
     @model_validator(mode="after")
     def _check_security(self) -> Settings:
         """Half a TLS or auth configuration is a mistake to refuse, never to serve around."""
@@ -145,6 +134,17 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Order is priority: flags (init kwargs), then environment, then the config file.
         return init_settings, env_settings, ConfigFileSource(settings_cls)
+
+    # -- observability -------------------------------------------------------------------------
+    # "json": one JSON object per log line (time, level, logger, message, and request_id, method,
+    # model inside an RPC); "text": plain lines.
+    log_format: Literal["text", "json"] = "text"
+    # One INFO line per RPC (method, model, code, duration_ms, request_id) on `lmserve.access`;
+    # None: on with log_format json, off with text.
+    access_log: bool | None = None
+    # Each RPC an OpenTelemetry span (needs the `otel` extra; the SDK and exporter are configured
+    # the usual OTEL_* way by whoever sets the global tracer provider).
+    otel_tracing: bool = False
 
 
 class ConfigFileSource(PydanticBaseSettingsSource):

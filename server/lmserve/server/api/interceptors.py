@@ -125,7 +125,7 @@ class ServingInterceptor(aio.ServerInterceptor):
             self._record(method, info.model, code, started)
 
         try:
-            await context.send_initial_metadata(((REQUEST_ID_KEY, info.request_id),))
+            await _send_request_id(context, info.request_id)
             _check_deadline(context)
             yield
         except BaseException as exc:
@@ -167,6 +167,15 @@ class ServingInterceptor(aio.ServerInterceptor):
                 duration_ms,
                 extra={"code": code.name, "duration_ms": duration_ms},
             )
+
+
+async def _send_request_id(context: aio.ServicerContext, request_id: str) -> None:
+    """Sends the request id as initial metadata. A call the client already left fails here
+    (gRPC raises); that is not this RPC's error: the work below notices it was cancelled."""
+    try:
+        await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
+    except Exception as exc:
+        log.debug("could not send the request id %s: %s", request_id, exc)
 
 
 def _metadata_value(context: aio.ServicerContext, key: str) -> str | None:
