@@ -20,6 +20,7 @@ from google.rpc import code_pb2, error_details_pb2
 from grpc_status import rpc_status
 from metrics_scrape import scrape
 from prometheus_client import CollectorRegistry
+from serve_process import ServeProcess, wait_until
 
 from lmserve.client import LmServeClient, NBestHypothesis, NBestList
 from lmserve.client._requests import generate_request
@@ -237,3 +238,17 @@ def test_unauthenticated_and_cancelled_calls_are_counted_by_their_code(
         time.sleep(0.01)
     assert count("Generate", "CANCELLED", "bigram") == cancelled_before + 1
     assert count("Generate", "UNKNOWN", "bigram") == 0
+
+
+def test_lmserve_serve_with_log_format_json_writes_only_json_lines(tmp_path: Path) -> None:
+    write_bigram(tmp_path)
+    with ServeProcess(tmp_path, "--log-format", "json") as process:
+        with grpc.insecure_channel(process.address) as channel:
+            stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
+            request = pb.ScoreRequest(model="bigram", texts=["the cat"])
+            stub.Score(request, metadata=(("x-request-id", "from-the-cli-test"),))
+        assert wait_until(lambda: "from-the-cli-test" in process.stderr(), 5)
+        lines = [json.loads(line) for line in process.stderr().splitlines()]
+    assert any("serving" in str(d["message"]) for d in lines)
+    [access] = [d for d in lines if d.get("request_id") == "from-the-cli-test"]
+    assert (access["logger"], access["method"], access["code"]) == ("lmserve.access", "Score", "OK")

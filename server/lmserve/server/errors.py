@@ -10,6 +10,7 @@
     ├── Cancelled            -> CANCELLED         (the caller went away; work stopped early)
     ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     ├── Unimplemented        -> UNIMPLEMENTED     (the RPC or option is not offered for this model)
+    ├── Unauthenticated      -> UNAUTHENTICATED   (no or a wrong bearer token)
     ├── Cancelled            -> CANCELLED         (the caller stopped waiting; the work stopped)
     ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     └── ModelLoadError                            (a model folder is broken; names file and reason)
@@ -121,6 +122,11 @@ class ModelOutputError(LmServeError):
 
 class Unimplemented(LmServeError):
     """The RPC or option is not available for this model."""
+
+
+class Unauthenticated(LmServeError):
+    """The call carries no bearer token, or a wrong one. The message never quotes what was
+    sent."""
 
 
 class ModelLoadError(LmServeError):

@@ -5,9 +5,9 @@ given a request id (and where prebuilt response bytes pass the serializer).
 
 Each RPC gets the caller's `x-request-id` (or a new one) as its id: in `call_context` for log
 lines, and sent back in the response's initial metadata. Going first, it also counts the calls
-the auth interceptor refuses (UNAUTHENTICATED) by their real code: a handler's own abort is
-counted with the code it aborted with. Overloaded answers carry google.rpc details
-(`status_details`).
+the auth interceptor refuses (its handlers raise `errors.Unauthenticated`), before the status is
+sent; a handler's own abort is counted with the code it aborted with. Overloaded answers carry
+google.rpc details (`status_details`).
 
 Servicers raise `lmserve.server.errors` exceptions; this maps them (`STATUS_CODES`). Anything
 unexpected becomes INTERNAL with the traceback in the server log, never sent to the caller.
@@ -45,6 +45,7 @@ STATUS_CODES: dict[type[errors.LmServeError], grpc.StatusCode] = {
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
     errors.Cancelled: grpc.StatusCode.CANCELLED,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     # The model's own output was unusable (NaN, +inf): a server-side failure, said plainly.
     errors.ModelOutputError: grpc.StatusCode.INTERNAL,
 }

@@ -54,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], default=None
     )
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="json: one JSON object per line, with the RPC's request id (default: text)",
+    )
 
 
 class _RefuseTokenFlag(argparse.Action):
@@ -83,6 +89,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "auth_token_file",
         "scoring_unit_tokens",
         "log_level",
+        "log_format",
     )
     return load_settings({name: getattr(args, name, None) for name in names})
 
