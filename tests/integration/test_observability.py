@@ -7,6 +7,7 @@ refused at once, which is what the overload tests need.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -22,7 +23,7 @@ from metrics_scrape import scrape
 from prometheus_client import CollectorRegistry
 from serve_process import ServeProcess, wait_until
 
-from lmserve.client import LmServeClient, NBestHypothesis, NBestList
+from lmserve.client import AsyncLmServeClient, LmServeClient, NBestHypothesis, NBestList
 from lmserve.client._requests import generate_request
 from lmserve.client.errors import ResourceExhaustedError
 from lmserve.server.app import BackgroundServer, start_background_server
@@ -202,6 +203,17 @@ def test_a_full_generate_queue_answers_fast_with_retry_info(
             with pytest.raises(ResourceExhaustedError) as refused:
                 list(client.generate("bigram", max_new_tokens=5))
             assert refused.value.retry_after == 1.0
+
+            async def refused_async() -> ResourceExhaustedError:
+                async with AsyncLmServeClient(server.address, token=TOKEN, timeout=10) as aclient:
+                    try:
+                        async for _ in aclient.generate("bigram", max_new_tokens=5):
+                            pass
+                    except ResourceExhaustedError as exc:
+                        return exc
+                raise AssertionError("the async Generate was not refused")
+
+            assert asyncio.run(refused_async()).retry_after == 1.0
         finally:
             holder.close()  # type: ignore[attr-defined]
 
