@@ -7,20 +7,28 @@
     ├── ResourceExhaustedError   <- RESOURCE_EXHAUSTED (server overloaded; retry later)
     └── DeadlineExceededError    <- DEADLINE_EXCEEDED
 
-Every other status (INTERNAL, UNIMPLEMENTED, CANCELLED...) raises the base class.
+Every other status (INTERNAL, UNIMPLEMENTED, CANCELLED...) raises the base class. `retry_after`
+is the server's google.rpc.RetryInfo delay in seconds (an overloaded queue), None when the
+server sent none (a request too large to ever fit, or any other error).
 """
 
 from __future__ import annotations
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 
 class LmServeClientError(Exception):
-    """A call to the lmserve server failed. `code` is the gRPC status, `message` the server's."""
+    """A call to the lmserve server failed. `code` is the gRPC status, `message` the server's,
+    `retry_after` the seconds the server asked to wait before retrying (None: not told)."""
 
-    def __init__(self, code: grpc.StatusCode | None, message: str) -> None:
+    def __init__(
+        self, code: grpc.StatusCode | None, message: str, retry_after: float | None = None
+    ) -> None:
         self.code = code
         self.message = message
+        self.retry_after = retry_after
         name = code.name if code is not None else "ERROR"
         super().__init__(f"{name}: {message}" if message else name)
 
@@ -54,10 +62,28 @@ _BY_CODE: dict[grpc.StatusCode, type[LmServeClientError]] = {
 }
 
 
-def error_for_status(code: grpc.StatusCode | None, message: str) -> LmServeClientError:
+def error_for_status(
+    code: grpc.StatusCode | None, message: str, retry_after: float | None = None
+) -> LmServeClientError:
     """The exception for a status code and server message."""
     cls = _BY_CODE.get(code, LmServeClientError) if code is not None else LmServeClientError
-    return cls(code, message)
+    return cls(code, message, retry_after)
+
+
+def retry_after_of(exc: grpc.RpcError) -> float | None:
+    """The RetryInfo delay (seconds) in a failed call's `grpc-status-details-bin`, if any."""
+    try:
+        status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    except (ValueError, TypeError, AttributeError):  # details that disagree with the status
+        return None
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return info.retry_delay.ToTimedelta().total_seconds()
+    return None
 
 
 def from_rpc_error(exc: grpc.RpcError) -> LmServeClientError:
@@ -66,4 +92,4 @@ def from_rpc_error(exc: grpc.RpcError) -> LmServeClientError:
     details_fn = getattr(exc, "details", None)
     code = code_fn() if callable(code_fn) else None
     details = details_fn() if callable(details_fn) else None
-    return error_for_status(code, details or "")
+    return error_for_status(code, details or "", retry_after_of(exc))

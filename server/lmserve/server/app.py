@@ -30,9 +30,9 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.api.auth import AuthInterceptor, configured_token, server_credentials
+from lmserve.server.api.auth import configured_token, server_credentials
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
-from lmserve.server.api.interceptors import ServingInterceptor
+from lmserve.server.api.observe import server_interceptors
 from lmserve.server.api.reflection import enable_reflection
 from lmserve.server.api.reloading import Reloader
 from lmserve.server.api.servicer import LanguageModelServicer
@@ -133,6 +133,7 @@ async def start_server(
     credentials = server_credentials(settings)
     token = configured_token(settings)
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
+    interceptors = server_interceptors(settings, metrics, token)  # before minutes of loading
     # Fingerprinted before loading: a folder changed while the models load is reloaded later.
     root = repository.root if repository is not None else settings.model_repository
     scanner = await asyncio.to_thread(RepositoryScanner, root, LoadOptions.from_settings(settings))
@@ -160,9 +161,6 @@ async def start_server(
             ("grpc.max_connection_age_ms", age_ms),
             ("grpc.max_connection_age_grace_ms", int(settings.grace_period_seconds * 1000)),
         ]
-    interceptors: list[aio.ServerInterceptor] = [ServingInterceptor(metrics)]
-    if token is not None:
-        interceptors.insert(0, AuthInterceptor(token, health_open=settings.auth_health_open))
     server = aio.server(
         interceptors=interceptors,
         options=options,

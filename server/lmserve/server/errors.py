@@ -10,6 +10,7 @@
     ├── Cancelled            -> CANCELLED         (the caller went away; work stopped early)
     ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     ├── Unimplemented        -> UNIMPLEMENTED     (the RPC or option is not offered for this model)
+    ├── Unauthenticated      -> UNAUTHENTICATED   (no or a wrong bearer token)
     ├── Cancelled            -> CANCELLED         (the caller stopped waiting; the work stopped)
     ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     └── ModelLoadError                            (a model folder is broken; names file and reason)
@@ -28,6 +29,9 @@ from __future__ import annotations
 ECHO_LIMIT = 100
 # A message as a whole (a field name plus a problem that quotes a value or two).
 MESSAGE_LIMIT = 1000
+# Seconds an overloaded server asks callers to wait before retrying (RetryInfo): long enough for
+# a queue to drain a little, short enough that an idle server is not left waiting.
+DEFAULT_RETRY_AFTER = 1.0
 
 
 def clip(value: object, limit: int = ECHO_LIMIT) -> str:
@@ -69,15 +73,37 @@ class ModelUnavailable(LmServeError):
 
 
 class Overloaded(LmServeError):
-    """The server is at capacity for this kind of work; the caller may retry later."""
+    """The server is at capacity for this kind of work; the caller may retry later.
+
+    `limit` names the setting that was hit (`max_queued_requests`), `model` the model whose
+    queue is full, and `retry_after` the seconds a caller should wait (sent as RetryInfo);
+    None when retrying cannot help."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str = "",
+        model: str = "",
+        retry_after: float | None = DEFAULT_RETRY_AFTER,
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.model = model
+        self.retry_after = retry_after
 
 
 class RequestTooLarge(Overloaded):
     """A request holds more than a limit allows (too many hypotheses, tokens...); it was
-    refused before any work started. The message names the field, the size and the limit."""
+    refused before any work started. The message names the field, the size and the limit.
+    No retry delay: the same request would be refused again."""
 
     def __init__(self, field: str, size: int, limit: int, what: str) -> None:
-        super().__init__(f"{field}: has {size} {what}, more than the limit of {limit}")
+        super().__init__(
+            f"{field}: has {size} {what}, more than the limit of {limit}",
+            limit=clip(field),
+            retry_after=None,
+        )
         self.field = field
 
 
@@ -96,6 +122,11 @@ class ModelOutputError(LmServeError):
 
 class Unimplemented(LmServeError):
     """The RPC or option is not available for this model."""
+
+
+class Unauthenticated(LmServeError):
+    """The call carries no bearer token, or a wrong one. The message never quotes what was
+    sent."""
 
 
 class ModelLoadError(LmServeError):

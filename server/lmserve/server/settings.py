@@ -138,6 +138,17 @@ class Settings(BaseSettings):
         # Order is priority: flags (init kwargs), then environment, then the config file.
         return init_settings, env_settings, ConfigFileSource(settings_cls)
 
+    # -- observability -------------------------------------------------------------------------
+    # "json": one JSON object per log line (time, level, logger, message, and request_id, method,
+    # model inside an RPC); "text": plain lines.
+    log_format: Literal["text", "json"] = "text"
+    # One INFO line per RPC (method, model, code, duration_ms, request_id) on `lmserve.access`;
+    # None: on with log_format json, off with text.
+    access_log: bool | None = None
+    # Each RPC an OpenTelemetry span (needs the `otel` extra; the SDK and exporter are configured
+    # the usual OTEL_* way by whoever sets the global tracer provider).
+    otel_tracing: bool = False
+
 
 class ConfigFileSource(PydanticBaseSettingsSource):
     """Reads the YAML file named by the `config` value the flags or environment gave."""

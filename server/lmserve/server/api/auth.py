@@ -2,7 +2,7 @@
 
     creds = server_credentials(settings)          # None: plaintext
     token = configured_token(settings)            # None: no auth
-    interceptors = [AuthInterceptor(token), ServingInterceptor(metrics)]
+    interceptors = [ServingInterceptor(metrics), AuthInterceptor(token)]   # see api/observe
 
 The token is compared in constant time and never logged or echoed: a rejected call is told only
 that its token was missing or wrong.
@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from lmserve.server.errors import Unauthenticated
 from lmserve.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,9 @@ def configured_token(settings: Settings) -> str | None:
 
 class AuthInterceptor(aio.ServerInterceptor):
     """Refuses every RPC without `authorization: Bearer <token>` (UNAUTHENTICATED), except the
-    health service when `health_open` (probes carry no token). Goes before ServingInterceptor,
-    so refused calls never reach a servicer."""
+    health service when `health_open` (probes carry no token). Goes after ServingInterceptor,
+    which answers and counts the `errors.Unauthenticated` its handlers raise; refused calls
+    never reach a servicer."""
 
     def __init__(self, token: str, *, health_open: bool = True) -> None:
         self._expected = token.encode("utf-8")
@@ -99,13 +101,14 @@ class AuthInterceptor(aio.ServerInterceptor):
 
 
 def _refusing(handler: grpc.RpcMethodHandler, problem: str) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as `handler` that answers UNAUTHENTICATED, reading nothing."""
+    """A handler of the same kind as `handler` that raises Unauthenticated, reading nothing
+    (ServingInterceptor counts it, then answers UNAUTHENTICATED)."""
 
     async def refuse(request: Any, context: aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, problem)
+        raise Unauthenticated(problem)
 
     async def refuse_stream(request: Any, context: aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, problem)
+        raise Unauthenticated(problem)
         yield  # an async generator, as streaming handlers are
 
     if handler.unary_unary:

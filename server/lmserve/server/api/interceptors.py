@@ -1,7 +1,13 @@
-"""The one place errors become gRPC status codes, deadlines are checked and RPCs are measured
-(and where prebuilt response bytes pass the serializer).
+"""The one place errors become gRPC status codes, deadlines are checked, RPCs are measured and
+given a request id (and where prebuilt response bytes pass the serializer).
 
-    server = grpc.aio.server(interceptors=[ServingInterceptor(metrics)])
+    server = grpc.aio.server(interceptors=[ServingInterceptor(metrics), AuthInterceptor(token)])
+
+Each RPC gets the caller's `x-request-id` (or a new one) as its id: in `call_context` for log
+lines, and sent back in the response's initial metadata. Going first, it also counts the calls
+the auth interceptor refuses (its handlers raise `errors.Unauthenticated`), before the status is
+sent; a handler's own abort is counted with the code it aborted with. Overloaded answers carry
+google.rpc details (`status_details`).
 
 Servicers raise `lmserve.server.errors` exceptions; this maps them (`STATUS_CODES`). Anything
 unexpected becomes INTERNAL with the traceback in the server log, never sent to the caller.
@@ -17,16 +23,19 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any
 
 import grpc
 from grpc import aio
 
 from lmserve.server import errors
+from lmserve.server.api.status_details import overload_status
+from lmserve.server.call_context import begin_call, current_call, request_id_from
 from lmserve.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("lmserve.access")
+REQUEST_ID_KEY = "x-request-id"
 
 STATUS_CODES: dict[type[errors.LmServeError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -36,20 +45,18 @@ STATUS_CODES: dict[type[errors.LmServeError], grpc.StatusCode] = {
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
     errors.Cancelled: grpc.StatusCode.CANCELLED,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     # The model's own output was unusable (NaN, +inf): a server-side failure, said plainly.
     errors.ModelOutputError: grpc.StatusCode.INTERNAL,
 }
 
-# The model label of the current RPC, set by the servicer once it knows the name is real (so
-# callers cannot grow the label set with made-up names).
-_call_model: ContextVar[list[str] | None] = ContextVar("lmserve_call_model", default=None)
-
 
 def note_model(name: str) -> None:
-    """Labels the current RPC's metrics with this (existing) model's name."""
-    holder = _call_model.get()
-    if holder is not None:
-        holder[0] = name
+    """Labels the current RPC's metrics and log lines with this (existing) model's name; the
+    servicer calls it once it knows the name is real (callers cannot grow the label set)."""
+    info = current_call()
+    if info is not None:
+        info.model = name
 
 
 def status_code(exc: errors.LmServeError) -> grpc.StatusCode:
@@ -61,10 +68,12 @@ def status_code(exc: errors.LmServeError) -> grpc.StatusCode:
 
 
 class ServingInterceptor(aio.ServerInterceptor):
-    """Wraps every handler: deadline check, error mapping, request metrics."""
+    """Wraps every handler: request id, deadline check, error mapping, request metrics and
+    (with `access_log`) one INFO line per RPC on the `lmserve.access` logger."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, *, access_log: bool = False) -> None:
         self._metrics = metrics
+        self._access_log = access_log
 
     async def intercept_service(
         self,
@@ -104,9 +113,8 @@ class ServingInterceptor(aio.ServerInterceptor):
         A failed RPC is counted before its status is sent: a caller that scrapes /metrics as
         soon as it has the error must find it counted (answers that succeed are counted before
         gRPC sends them, when the handler returns)."""
-        holder = [""]
-        _call_model.set(holder)
         started = time.perf_counter()
+        info = begin_call(request_id_from(_metadata_value(context, REQUEST_ID_KEY)), method)
         inflight = self._metrics.inflight_of(method)
         inflight.inc()
         counted = False
@@ -115,13 +123,14 @@ class ServingInterceptor(aio.ServerInterceptor):
             nonlocal counted
             counted = True
             inflight.dec()
-            self._record(method, holder[0], code, started)
+            self._record(method, info.model, code, started)
 
         try:
+            await _send_request_id(context, info.request_id)
             _check_deadline(context)
             yield
         except BaseException as exc:
-            code = _code_for(exc)
+            code = _code_for(exc, context)
             count(code)
             await _answer_failure(method, exc, code, context)
         finally:
@@ -147,7 +156,36 @@ class ServingInterceptor(aio.ServerInterceptor):
         return wrapped
 
     def _record(self, method: str, model: str, code: grpc.StatusCode, started: float) -> None:
-        self._metrics.record_request(method, model, code.name, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self._metrics.record_request(method, model, code.name, seconds)
+        if self._access_log:
+            duration_ms = round(seconds * 1000, 3)
+            access_log.info(
+                "%s %s %s %.1f ms",
+                method,
+                model or "-",
+                code.name,
+                duration_ms,
+                extra={"code": code.name, "duration_ms": duration_ms},
+            )
+
+
+async def _send_request_id(context: aio.ServicerContext, request_id: str) -> None:
+    """Sends the request id as initial metadata. A call the client already left fails here
+    (gRPC raises); that is not this RPC's error: the work below notices it was cancelled."""
+    try:
+        await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
+    except Exception as exc:
+        log.debug("could not send the request id %s: %s", request_id, exc)
+
+
+def _metadata_value(context: aio.ServicerContext, key: str) -> str | None:
+    """The first value of an ASCII metadata key the caller sent, if any."""
+    for item in context.invocation_metadata() or ():
+        if item[0] == key:
+            value = item[1]
+            return value if isinstance(value, str) else None
+    return None
 
 
 class _Undecodable:
@@ -244,11 +282,13 @@ def _check_deadline(context: aio.ServicerContext) -> None:
         raise errors.DeadlineExceeded("the deadline passed before the work started")
 
 
-def _code_for(exc: BaseException) -> grpc.StatusCode:
+def _code_for(exc: BaseException, context: aio.ServicerContext) -> grpc.StatusCode:
     if isinstance(exc, errors.LmServeError):
         return status_code(exc)
     if isinstance(exc, aio.AbortError):
-        return grpc.StatusCode.UNKNOWN  # a handler aborted on its own; gRPC has its code
+        # A handler aborted on its own (the auth interceptor's UNAUTHENTICATED): its code.
+        code = context.code()
+        return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
     if isinstance(exc, Exception):
         return grpc.StatusCode.INTERNAL
     return grpc.StatusCode.CANCELLED  # CancelledError and friends: the caller went away
@@ -263,5 +303,7 @@ async def _answer_failure(
     if code is grpc.StatusCode.INTERNAL:
         log.error("%s failed unexpectedly", method, exc_info=exc)
         await context.abort(code, f"internal error in {method}; see the server log")
+    if isinstance(exc, errors.Overloaded):  # with RetryInfo: built from `exc`, no work first
+        await context.abort_with_status(overload_status(exc))  # type: ignore[attr-defined]
     # Capped: a message over gRPC's metadata limit would turn the status into RESOURCE_EXHAUSTED.
     await context.abort(code, errors.clip(exc, 2 * errors.MESSAGE_LIMIT))

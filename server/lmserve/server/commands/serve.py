@@ -59,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], default=None
     )
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="json: one JSON object per line, with the RPC's request id (default: text)",
+    )
 
 
 class _RefuseTokenFlag(argparse.Action):
@@ -89,6 +95,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "scoring_unit_tokens",
         "reload_poll_seconds",
         "log_level",
+        "log_format",
     )
     return load_settings({name: getattr(args, name, None) for name in names})
 
@@ -100,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from lmserve.server.allocator import keep_freed_memory
+    from lmserve.server.api.observe import TracingUnavailable
     from lmserve.server.app import serve
     from lmserve.server.logging_setup import setup_logging
 
@@ -108,11 +116,12 @@ def run(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError) as exc:
         print(f"lmserve serve: bad settings: {exc}", file=sys.stderr)
         return 2
-    setup_logging(settings.log_level)
+    setup_logging(settings.log_level, settings.log_format)
     keep_freed_memory()  # per-step numpy temporaries stay mapped (see allocator.py)
     try:
         asyncio.run(serve(settings))
-    except OSError as exc:  # no repository folder, port taken, unreadable TLS or token file
+    # No repository folder, port taken, unreadable TLS or token file, tracing not installed.
+    except (OSError, TracingUnavailable) as exc:
         print(f"lmserve serve: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -37,7 +37,9 @@ class Admission:
             raise Overloaded(
                 f"{queued - 1} Generate requests already wait for model "
                 f"{self.model!r} (max_queued_requests={self.limits.max_queued_requests}); "
-                "retry later"
+                "retry later",
+                limit="max_queued_requests",
+                model=self.model,
             )
 
     def take(self, occupied: int) -> list[GenerationStream]:

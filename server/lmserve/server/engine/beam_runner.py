@@ -105,7 +105,9 @@ class BeamRunner:
             if busy >= self.limits.max_running_searches + self.limits.max_queued_searches:
                 raise Overloaded(
                     f"{len(self._waiting)} BeamSearch requests already wait for model "
-                    f"{self.model!r} (max_queued_searches); retry later"
+                    f"{self.model!r} (max_queued_searches); retry later",
+                    limit="max_queued_searches",
+                    model=self.model,
                 )
             self._waiting.append(job)
             self._start_threads()

@@ -129,7 +129,9 @@ class ScoringQueue:
                 raise Overloaded(
                     f"{self._queued_tokens} tokens of scoring already wait for model "
                     f"{self.model!r} and this request adds {tokens} (max_queued_tokens "
-                    f"{self.limits.max_queued_tokens}); retry later"
+                    f"{self.limits.max_queued_tokens}); retry later",
+                    limit="scoring_max_queued_tokens",
+                    model=self.model,
                 )
             self._jobs.append(job)
             self._queued_tokens += tokens

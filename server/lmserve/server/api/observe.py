@@ -1,0 +1,59 @@
+"""The server's interceptor chain, with the observability the settings ask for.
+
+    interceptors = server_interceptors(settings, metrics, token)
+    server = grpc.aio.server(interceptors=interceptors)
+
+Order, outermost first: the OpenTelemetry span (`otel_tracing`; covers everything, refused
+calls included), ServingInterceptor (request id, metrics, error mapping; counts what auth
+refuses), AuthInterceptor (when a token is configured).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from grpc import aio
+
+from lmserve.server.api.auth import AuthInterceptor
+from lmserve.server.api.interceptors import ServingInterceptor
+from lmserve.server.metrics import Metrics
+from lmserve.server.settings import Settings
+
+OTEL_MODULE = "opentelemetry.instrumentation.grpc"
+
+
+class TracingUnavailable(RuntimeError):
+    """`otel_tracing` is on but the OpenTelemetry gRPC instrumentation is not installed."""
+
+
+def tracing_interceptor() -> aio.ServerInterceptor:
+    """OpenTelemetry's aio server interceptor (each RPC a span, on the global tracer provider).
+    Raises TracingUnavailable, in one line, when the `otel` extra is missing."""
+    try:
+        module = importlib.import_module(OTEL_MODULE)
+    except ImportError as exc:
+        raise TracingUnavailable(
+            f"otel_tracing is on but {OTEL_MODULE} cannot be imported ({exc}): "
+            "install lmserve[otel] or set otel_tracing false"
+        ) from None
+    interceptor: aio.ServerInterceptor = module.aio_server_interceptor()
+    return interceptor
+
+
+def server_interceptors(
+    settings: Settings, metrics: Metrics, token: str | None
+) -> list[aio.ServerInterceptor]:
+    """The interceptors for `grpc.aio.server`, outermost first."""
+    access = settings.access_log
+    if access is None:
+        access = settings.log_format == "json"
+    chain: list[aio.ServerInterceptor] = []
+    if settings.otel_tracing:
+        chain.append(tracing_interceptor())
+    chain.append(ServingInterceptor(metrics, access_log=access))
+    if token is not None:
+        chain.append(AuthInterceptor(token, health_open=settings.auth_health_open))
+    return chain
+
+
+__all__ = ["TracingUnavailable", "server_interceptors", "tracing_interceptor"]
