@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import random
 import threading
 import time
@@ -158,7 +159,16 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS)
     parser.add_argument("--json", type=Path, default=BENCH_DIR / "results" / "soak.json")
+    parser.add_argument(
+        "--session-idle-seconds",
+        type=float,
+        default=30.0,
+        help="the server's complete_session_idle_seconds (its default: 600)",
+    )
     args = parser.parse_args()
+    # Autocomplete sessions are cached until idle this long: with the default 600 s the cache
+    # fills for 10 minutes, which reads as RSS growth; 30 s reaches steady state in warm-up.
+    os.environ["LMSERVE_COMPLETE_SESSION_IDLE_SECONDS"] = str(args.session_idle_seconds)
     if not (args.models / NGRAM / "model.yaml").exists():
         raise SystemExit(f"{args.models / NGRAM} is missing: run `make models` first")
 
@@ -194,6 +204,7 @@ def main() -> None:
     summary: dict[str, Any] = {
         "minutes": args.minutes,
         "streams": args.streams,
+        "session_idle_seconds": args.session_idle_seconds,
         "server_alive": server_alive,
         "failures": dict(failures),
         "failed_requests": sum(failures.values()),
