@@ -141,6 +141,10 @@ def test_a_slow_reader_pauses_and_gets_every_token_in_order(
     handed = stream.handed
     assert handed < tokens  # stopped well before the end
     assert scheduler.parks >= 1
+    parked = server.running.metrics.registry.get_sample_value(
+        "lmserve_parked_sequences", {"model": model}
+    )
+    assert parked == 1
     time.sleep(0.5)
     assert stream.handed == handed  # nothing more generated while parked
     assert stream in scheduler.parked
@@ -153,6 +157,10 @@ def test_a_slow_reader_pauses_and_gets_every_token_in_order(
     got = _tokens(call)  # reads again: it resumes (and parks and resumes as the window fills)
     assert got == expected  # every token, in order, the same as without a pause
     assert not scheduler.parked and not scheduler.active
+    parked = server.running.metrics.registry.get_sample_value(
+        "lmserve_parked_sequences", {"model": model}
+    )
+    assert parked == 0
 
 
 def test_a_parked_stream_keeps_its_deadline_and_frees_its_slot(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine.batch import ActiveSequence, Rows, RunningBatch, expired
@@ -29,9 +30,10 @@ from lmserve.server.engine.sequence import Event, GenerationStream
 class Parking:
     """The parked streams of one scheduler and their rows."""
 
-    def __init__(self, max_unread: int, wake: Callable[[], None]) -> None:
+    def __init__(self, max_unread: int, wake: Callable[[], None], gauge: Any = None) -> None:
         self.max_unread = max_unread
         self._wake = wake  # wakes the scheduler (called on the event loop)
+        self._gauge = gauge  # lmserve_parked_sequences{model}
         self.resume_below = max(1, max_unread // 2)
         self._rows: dict[GenerationStream, Rows] = {}
         self.samples = 0  # slots the parked samples hold
@@ -55,6 +57,8 @@ class Parking:
             stream.waker = self._wake
             self.samples += len(rows)
             self.parks += 1
+        if over:
+            self._count()
 
     def due(self, now_mono: float) -> bool:
         """Whether `release` has work: a stream drained, cancelled, or past its deadline."""
@@ -80,6 +84,7 @@ class Parking:
                 if seq.generated:
                     seq.last_time = now  # the pause is the reader's, not an inter-token latency
             batch.attach(rows)
+        self._count()
         return events
 
     def clear(self) -> list[ActiveSequence]:
@@ -87,7 +92,12 @@ class Parking:
         gone = [seq for rows in self._rows.values() for seq in rows.sequences]
         self._rows.clear()
         self.samples = 0
+        self._count()
         return gone
+
+    def _count(self) -> None:
+        if self._gauge is not None:
+            self._gauge.set(self.samples)
 
     def _leaves(self, stream: GenerationStream, now_mono: float) -> bool:
         return stream.cancelled or expired(stream, now_mono) or stream.unread < self.resume_below

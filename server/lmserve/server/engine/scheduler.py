@@ -86,7 +86,8 @@ class GenerationScheduler:
         self._batch = RunningBatch(model, stepper, vocab, make_detokenizer, metrics)
         self._prefill = Prefill(stepper, vocab.bos_id, limits.prefill_chunk_tokens)
         self._admission = Admission(model, limits)
-        self._parking = Parking(limits.max_unread_events, self._wake)
+        gauge = metrics.parked_sequences.labels(model=model) if metrics else None
+        self._parking = Parking(limits.max_unread_events, self._wake, gauge)
         self._cond = threading.Condition()
         self._closed = False
         # Prefilling samples hold their slots; read by `submit` on the event loop.
