@@ -102,6 +102,12 @@ class Metrics:
             ["model"],
             registry=registry,
         )
+        self.parked_sequences = Gauge(
+            "lmserve_parked_sequences",
+            "Sequences paused because their client reads slower than they generate.",
+            ["model"],
+            registry=registry,
+        )
         self.pending_requests = Gauge(
             "lmserve_pending_requests",
             "Generate requests waiting for a slot in the generation scheduler.",

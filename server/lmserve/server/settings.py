@@ -113,6 +113,11 @@ class Settings(BaseSettings):
     # every so many seconds (None: only on SIGHUP).
     reload_poll_seconds: float | None = Field(default=None, gt=0)
 
+    # -- backpressure --------------------------------------------------------------------------
+    # A Generate stream with more events waiting for its handler than this (a client that
+    # stopped reading) has its sequences parked, keeping their slots, until it drained to half.
+    max_unread_events: int = Field(default=256, ge=1)
+
     @model_validator(mode="after")
     def _check_security(self) -> Settings:
         """Half a TLS or auth configuration is a mistake to refuse, never to serve around."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,15 @@ def finish_event(
     )
 
 
+@dataclass
+class Rows:
+    """Some sequences of a batch with their rows of log-probs and model state."""
+
+    sequences: list[ActiveSequence]
+    log_probs: npt.NDArray[Any] | None
+    state: Any
+
+
 def expired(stream: GenerationStream, now_mono: float) -> bool:
     deadline = stream.request.deadline
     return deadline is not None and now_mono >= deadline
@@ -157,14 +167,32 @@ class RunningBatch:
         if len(rows) != len(streams):  # n > 1: rows repeat
             index = np.asarray(rows, dtype=np.int64)
             log_probs, state = log_probs[index], self.stepper.select(state, index)
+        self.attach(Rows(new, log_probs, state))
+
+    def attach(self, rows: Rows) -> None:
+        """Appends rows (their sequences, log-probs and state), e.g. parked ones resuming."""
+        if not rows.sequences:
+            return
         if not self.sequences or self.log_probs is None:
-            self._set_rows(new, log_probs, state)
+            self._set_rows(rows.sequences, rows.log_probs, rows.state)
             return
         self._set_rows(
-            self.sequences + new,
-            np.concatenate([self.log_probs, log_probs]),
-            self.stepper.merge([self.state, state]),
+            self.sequences + rows.sequences,
+            np.concatenate([self.log_probs, rows.log_probs]),
+            self.stepper.merge([self.state, rows.state]),
         )
+
+    def detach(self, rows: Sequence[int]) -> Rows:
+        """Removes rows `rows` and returns them with their state kept (to `attach` later)."""
+        index = np.asarray(rows, dtype=np.int64)
+        taken = Rows(
+            [self.sequences[i] for i in rows],
+            None if self.log_probs is None else self.log_probs[index],
+            self.stepper.select(self.state, index),
+        )
+        leaving = set(rows)
+        self.keep([i for i in range(len(self.sequences)) if i not in leaving])
+        return taken
 
     def keep(self, rows: Sequence[int]) -> None:
         """Keeps rows `rows` (in order) and drops the others."""

@@ -19,6 +19,9 @@ class GenerationLimits:
     `prefill_step_share` of a step's time (adapted from measured times), which bounds their
     inter-token latency to about (1 + share) times a step's (an LSTM reads a prompt token at
     ~0.6 ms on the development VM: 512 tokens would be ~25 steps of batch 16).
+
+    `max_unread_events`: a stream with more events handed over than its handler has taken
+    (a client that stopped reading) has its sequences parked until it drained below half.
     """
 
     max_active_sequences: int = 256
@@ -31,9 +34,15 @@ class GenerationLimits:
     prefill_step_share: float = 0.75
     max_running_searches: int = 2
     max_queued_searches: int = 64
+    max_unread_events: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("max_active_sequences", "prefill_chunk_tokens", "max_running_searches"):
+        for name in (
+            "max_active_sequences",
+            "prefill_chunk_tokens",
+            "max_running_searches",
+            "max_unread_events",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if not 0 < self.prefill_step_share:

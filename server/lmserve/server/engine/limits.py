@@ -68,6 +68,7 @@ class EngineLimits:
                 prefill_step_share=settings.prefill_step_share,
                 max_running_searches=settings.max_running_searches,
                 max_queued_searches=settings.max_queued_searches,
+                max_unread_events=settings.max_unread_events,
             ),
             sessions=SessionLimits(
                 max_sessions=settings.complete_max_sessions,

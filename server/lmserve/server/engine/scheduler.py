@@ -12,7 +12,9 @@ event loop keeps streaming while the model computes. Every iteration:
    a copy of the prompt's state; a long prompt is read over several iterations, so running
    streams get a token between its chunks;
 3. drops sequences whose stream was cancelled or whose deadline passed: they leave before the
-   step, so a client that went away costs nothing more;
+   step, so a client that went away costs nothing more; parks the sequences of streams whose
+   reader fell more than `max_unread_events` behind, and lets drained ones rejoin
+   (`backpressure.Parking`: a slow reader pauses its sequences, they keep their slots);
 4. draws the next token of every active sequence from its row of the batch's distributions
    (vectorised, with each sequence's own seeded generator, so a seeded request gives the same
    tokens alone or batched with any others), detokenizes, checks stop conditions, removes
@@ -34,6 +36,7 @@ from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine.admission import Admission
+from lmserve.server.engine.backpressure import Parking
 from lmserve.server.engine.batch import (
     ActiveSequence,
     RunningBatch,
@@ -49,6 +52,9 @@ from lmserve.server.errors import Overloaded
 from lmserve.server.metrics import Metrics
 
 __all__ = ["GenerationLimits", "GenerationScheduler"]
+
+# How often an otherwise idle scheduler looks at its parked streams (drained, deadline passed).
+PARKED_POLL_SECONDS = 0.05
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +86,8 @@ class GenerationScheduler:
         self._batch = RunningBatch(model, stepper, vocab, make_detokenizer, metrics)
         self._prefill = Prefill(stepper, vocab.bos_id, limits.prefill_chunk_tokens)
         self._admission = Admission(model, limits)
+        gauge = metrics.parked_sequences.labels(model=model) if metrics else None
+        self._parking = Parking(limits.max_unread_events, self._wake, gauge)
         self._cond = threading.Condition()
         self._closed = False
         # Prefilling samples hold their slots; read by `submit` on the event loop.
@@ -98,6 +106,16 @@ class GenerationScheduler:
     @property
     def steps(self) -> int:
         return self._batch.steps
+
+    @property
+    def parked(self) -> list[GenerationStream]:
+        """Streams whose sequences wait for their reader (backpressure)."""
+        return self._parking.streams
+
+    @property
+    def parks(self) -> int:
+        """Times a stream was parked so far."""
+        return self._parking.parks
 
     @property
     def prefilled_tokens(self) -> int:
@@ -119,6 +137,11 @@ class GenerationScheduler:
             self._cond.notify()
         return stream
 
+    def _wake(self) -> None:
+        """A parked stream drained (called on the event loop): look at it now."""
+        with self._cond:
+            self._cond.notify()
+
     @property
     def pending(self) -> int:
         return len(self._admission.waiting)
@@ -134,15 +157,21 @@ class GenerationScheduler:
     # -- the scheduler thread --------------------------------------------------------------
 
     def _occupied(self) -> int:
-        """Slots held: running samples and those of prompts being read. Call with `_cond`."""
-        return len(self._batch) + self._prefilling
+        """Slots held: running, parked, and prompts being read. Call with `_cond`."""
+        return len(self._batch) + self._prefilling + self._parking.samples
 
     def _run(self) -> None:
-        batch, prefill = self._batch, self._prefill
+        batch, prefill, parking = self._batch, self._prefill, self._parking
         while True:
             with self._cond:
-                while not (self._closed or self._admission.waiting or batch or prefill.pending):
-                    self._cond.wait()
+                while not (
+                    self._closed
+                    or self._admission.waiting
+                    or batch
+                    or prefill.pending
+                    or (parking and parking.due(time.monotonic()))
+                ):
+                    self._cond.wait(PARKED_POLL_SECONDS if parking else None)
                 if self._closed:
                     break
                 admitted = self._admission.take(self._occupied())
@@ -171,9 +200,15 @@ class GenerationScheduler:
                 if ready is not None:
                     batch.join(ready.streams, ready.log_probs, ready.state)
                 self._prefilling = prefill.samples
+        if self._parking:
+            with self._cond:
+                ended = self._parking.release(batch, now_mono)
+            self._poster.post_events(ended)
         if not batch:
             return
         self._poster.post_events(batch.drop_gone(now_mono))
+        with self._cond:
+            self._parking.park(batch)
         if not batch:
             return
         events, failed = batch.draw()
@@ -205,6 +240,8 @@ class GenerationScheduler:
 
     def _fail_all(self, exc: BaseException) -> None:
         streams = {seq.stream: None for seq in self._batch.clear()}
+        with self._cond:
+            streams.update({seq.stream: None for seq in self._parking.clear()})
         streams.update({r.stream: None for r in self._prefill.pending})
         self._prefill.pending = []
         with self._cond:
@@ -215,7 +252,9 @@ class GenerationScheduler:
         now = time.perf_counter()
         items: Items = []
         by_stream: dict[GenerationStream, list[Event]] = {}
-        for seq in self._batch.clear():
+        with self._cond:
+            parked = self._parking.clear()
+        for seq in self._batch.clear() + parked:
             by_stream.setdefault(seq.stream, []).append(
                 seq.finish_event(FinishReason.CANCELLED, now)
             )

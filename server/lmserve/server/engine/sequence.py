@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,9 +86,21 @@ class GenerationStream:
         self._interval: int = request.params.stream_interval
         self._held: list[Event] = []
         self._held_steps = 0
+        # Backpressure: events handed over (scheduler thread) and taken by the handler (event
+        # loop); each side writes its own count, the scheduler parks the stream on the gap.
+        self.handed = 0
+        self.taken = 0
+        # Set while parked: called on the event loop once the handler took enough to resume.
+        self.waker: Callable[[], None] | None = None
+        self.resume_below = 0
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    @property
+    def unread(self) -> int:
+        """Events handed over but not yet taken by the handler (a slow reader's backlog)."""
+        return self.handed - self.taken
 
     def hold(self, events: list[Event]) -> list[Event] | None:
         """Scheduler thread: adds one step's events; returns everything held once
@@ -100,6 +112,7 @@ class GenerationStream:
         ):
             return None
         out, self._held, self._held_steps = self._held, [], 0
+        self.handed += len(out)
         return out
 
     def _put(self, item: list[Event] | BaseException) -> None:
@@ -128,6 +141,11 @@ class GenerationStream:
                 while handed and not isinstance(handed[0], BaseException):
                     item.extend(handed.popleft())  # type: ignore[arg-type]
                 self._unfinished -= sum(isinstance(e, FinishEvent) for e in item)
+                self.taken += len(item)
+                waker = self.waker
+                if waker is not None and self.unread < self.resume_below:
+                    self.waker = None
+                    waker()  # the scheduler resumes it now, not at its next poll
                 yield item
         finally:
             if self._unfinished > 0:  # the consumer left early (client gone, error)
