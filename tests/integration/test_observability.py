@@ -138,7 +138,7 @@ def test_json_access_line_carries_the_callers_request_id_and_it_is_echoed(
 ) -> None:
     request = pb.ScoreRequest(model="bigram", texts=["the cat"])
     _, call = stub.Score.with_call(request, metadata=(AUTH, ("x-request-id", "req-42/abc")))
-    assert ("x-request-id", "req-42/abc") in tuple(call.initial_metadata())
+    assert ("x-request-id", "req-42/abc") in tuple(call.trailing_metadata())
     [line] = _access_lines(json_log, "req-42/abc")
     assert line["level"] == "INFO"
     assert line["method"] == "Score"
@@ -156,7 +156,7 @@ def test_a_bad_or_missing_request_id_is_replaced_by_a_generated_one(
     _, call = stub.Score.with_call(
         pb.ScoreRequest(model="bigram", texts=["the"]), metadata=metadata
     )
-    [echoed] = [v for k, v in call.initial_metadata() if k == "x-request-id"]
+    [echoed] = [v for k, v in call.trailing_metadata() if k == "x-request-id"]
     assert echoed != sent and len(echoed) == 32 and int(echoed, 16) >= 0
     assert _access_lines(json_log, echoed)
 

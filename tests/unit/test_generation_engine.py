@@ -96,7 +96,11 @@ async def _wait(predicate: Any, timeout: float = 5.0) -> None:
 def test_active_sequences_gauge_counts_every_running_sequence(bigram: NgramModel) -> None:
     registry = CollectorRegistry()
     scheduler = GenerationScheduler(
-        "bi", make_stepper(bigram), bigram.vocab, GenerationLimits(), Metrics(registry)
+        "bi",
+        make_stepper(bigram),
+        bigram.vocab,
+        GenerationLimits(max_unread_events=10**9),  # unread streams stay running (no parking)
+        Metrics(registry),
     )
 
     def gauge() -> float | None:
@@ -126,7 +130,9 @@ def test_active_sequences_gauge_counts_every_running_sequence(bigram: NgramModel
 
 
 def test_no_waiting_room_admits_what_fits_and_refuses_the_rest(bigram: NgramModel) -> None:
-    limits = GenerationLimits(max_active_sequences=3, max_queued_requests=0)
+    limits = GenerationLimits(
+        max_active_sequences=3, max_queued_requests=0, max_unread_events=10**9
+    )
     scheduler = GenerationScheduler("bi", make_stepper(bigram), bigram.vocab, limits)
 
     async def main() -> None:
@@ -400,7 +406,11 @@ def test_observe_many_equals_repeated_observe() -> None:
 def test_inter_token_latency_counts_every_gap(bigram: NgramModel) -> None:
     registry = CollectorRegistry()
     scheduler = GenerationScheduler(
-        "bi", make_stepper(bigram), bigram.vocab, GenerationLimits(), Metrics(registry)
+        "bi",
+        make_stepper(bigram),
+        bigram.vocab,
+        GenerationLimits(max_unread_events=10**9),  # unread streams stay running (no parking)
+        Metrics(registry),
     )
 
     async def main() -> None:

@@ -4,7 +4,8 @@ given a request id (and where prebuilt response bytes pass the serializer).
     server = grpc.aio.server(interceptors=[ServingInterceptor(metrics), AuthInterceptor(token)])
 
 Each RPC gets the caller's `x-request-id` (or a new one) as its id: in `call_context` for log
-lines, and sent back in the response's initial metadata. Going first, it also counts the calls
+lines, and sent back in the response's trailing metadata (initial metadata would commit the call
+early and stop the client's transparent retries). Going first, it also counts the calls
 the auth interceptor refuses (its handlers raise `errors.Unauthenticated`), before the status is
 sent; a handler's own abort is counted with the code it aborted with. Overloaded answers carry
 google.rpc details (`status_details`).
@@ -126,13 +127,14 @@ class ServingInterceptor(aio.ServerInterceptor):
             self._record(method, info.model, code, started)
 
         try:
-            await _send_request_id(context, info.request_id)
+            trailing = ((REQUEST_ID_KEY, info.request_id),)
+            context.set_trailing_metadata(trailing)
             _check_deadline(context)
             yield
         except BaseException as exc:
             code = _code_for(exc, context)
             count(code)
-            await _answer_failure(method, exc, code, context)
+            await _answer_failure(method, exc, code, context, trailing)
         finally:
             if not counted:
                 count(grpc.StatusCode.OK)
@@ -168,15 +170,6 @@ class ServingInterceptor(aio.ServerInterceptor):
                 duration_ms,
                 extra={"code": code.name, "duration_ms": duration_ms},
             )
-
-
-async def _send_request_id(context: aio.ServicerContext, request_id: str) -> None:
-    """Sends the request id as initial metadata. A call the client already left fails here
-    (gRPC raises); that is not this RPC's error: the work below notices it was cancelled."""
-    try:
-        await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
-    except Exception as exc:
-        log.debug("could not send the request id %s: %s", request_id, exc)
 
 
 def _metadata_value(context: aio.ServicerContext, key: str) -> str | None:
@@ -295,15 +288,21 @@ def _code_for(exc: BaseException, context: aio.ServicerContext) -> grpc.StatusCo
 
 
 async def _answer_failure(
-    method: str, exc: BaseException, code: grpc.StatusCode, context: aio.ServicerContext
+    method: str,
+    exc: BaseException,
+    code: grpc.StatusCode,
+    context: aio.ServicerContext,
+    trailing: tuple[tuple[str, str], ...],
 ) -> None:
-    """Aborts the RPC with the mapped status; re-raises what must propagate."""
+    """Aborts the RPC with the mapped status (the request id in its trailing metadata);
+    re-raises what must propagate."""
     if code is grpc.StatusCode.CANCELLED or isinstance(exc, aio.AbortError):
         raise exc
     if code is grpc.StatusCode.INTERNAL:
         log.error("%s failed unexpectedly", method, exc_info=exc)
-        await context.abort(code, f"internal error in {method}; see the server log")
+        await context.abort(code, f"internal error in {method}; see the server log", trailing)
     if isinstance(exc, errors.Overloaded):  # with RetryInfo: built from `exc`, no work first
-        await context.abort_with_status(overload_status(exc))  # type: ignore[attr-defined]
+        status = overload_status(exc)  # its details travel as trailing metadata
+        await context.abort(status.code, status.details, (*status.trailing_metadata, *trailing))
     # Capped: a message over gRPC's metadata limit would turn the status into RESOURCE_EXHAUSTED.
-    await context.abort(code, errors.clip(exc, 2 * errors.MESSAGE_LIMIT))
+    await context.abort(code, errors.clip(exc, 2 * errors.MESSAGE_LIMIT), trailing)
