@@ -118,7 +118,7 @@ def _ids(served: ServedModel, message: pb.CompleteRequest) -> tuple[list[int], l
         tokens = list(message.append_tokens)
         if "" in tokens:
             raise InvalidArgument(f"append_tokens[{tokens.index('')}]", "is an empty token")
-        return served.encode_tokens(tokens), served.token_names(tokens)
+        return served.encode_tokens(tokens), tokens
     if not message.append_text:
         return [], []
     ids = served.encode_prompt(message.append_text, field="append_text")

@@ -16,9 +16,6 @@ from lmserve.server.engine.served_model import TextInput
 from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 
-Limits = RequestLimits
-TextBatch = TextInput
-
 
 class BatchRequest(Protocol):
     """What Score, Perplexity and CorpusPerplexity requests have in common."""
@@ -29,7 +26,7 @@ class BatchRequest(Protocol):
     def token_lists(self) -> Sequence[pb.TokenList]: ...
 
 
-def check_text_bytes(field: str, text: str, limits: Limits) -> None:
+def check_text_bytes(field: str, text: str, limits: RequestLimits) -> None:
     """Refuses a text over `max_text_bytes` UTF-8 bytes before anything tokenizes it (a 60 MB
     text took 4.7 s to tokenize before its token count was refused)."""
     limit = limits.max_text_bytes
@@ -60,8 +57,8 @@ def validate_options(
 
 
 def validate_batch(
-    request: BatchRequest, limits: Limits, *, allow_empty: bool = False
-) -> TextBatch:
+    request: BatchRequest, limits: RequestLimits, *, allow_empty: bool = False
+) -> TextInput:
     """One of `texts` / `token_lists`, within the limits; tokens in token_lists non-empty."""
     texts, token_lists = request.texts, request.token_lists
     if texts and token_lists:
@@ -69,7 +66,7 @@ def validate_batch(
     count = len(texts) or len(token_lists)
     if count == 0:
         if allow_empty:
-            return TextBatch(texts=[])
+            return TextInput(texts=[])
         raise InvalidArgument("texts", "no texts given (set texts or token_lists)")
     if count > limits.max_texts_per_request:
         field = "texts" if texts else "token_lists"
@@ -79,11 +76,11 @@ def validate_batch(
     if texts:
         for i, text in enumerate(texts):
             check_text_bytes(f"texts[{i}]", text, limits)
-        return TextBatch(texts=texts)
+        return TextInput(texts=texts)
     lists = [list(token_list.tokens) for token_list in token_lists]
     for i, tokens in enumerate(lists):
         if "" in tokens:
             raise InvalidArgument(
                 f"token_lists[{i}].tokens[{tokens.index('')}]", "is an empty token"
             )
-    return TextBatch(token_lists=lists)
+    return TextInput(token_lists=lists)

@@ -26,6 +26,7 @@ from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.beam import Hypothesis, beam_search
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.engine.generation_limits import GenerationLimits
+from lmserve.server.engine.handoff import settle
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded
 
 BeamHypothesis = Hypothesis
@@ -57,17 +58,7 @@ class _Job:
 
     def answer(self, result: list[Hypothesis] | BaseException) -> None:
         """Hands the outcome to the awaiting coroutine (from any thread)."""
-
-        def settle() -> None:
-            if self.future.done():
-                return
-            if isinstance(result, BaseException):
-                self.future.set_exception(result)
-            else:
-                self.future.set_result(result)
-
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            self.loop.call_soon_threadsafe(settle)
+        settle(self.loop, self.future, result)
 
 
 class BeamRunner:

@@ -125,13 +125,11 @@ class Completer:
         """Adds tokens to the context (one batched step per token on a neural model)."""
         if not ids:
             return
-        if self._steps is None:
-            session.context.extend(ids)
-            await self._refresh(session, rebuild=True)
-            return
-        await self.ensure_ready(session)
-        state = session.state_at(len(session.context))
-        if state is None:  # the newest state is always kept; be safe all the same
+        state = None
+        if self._steps is not None:  # n-gram sessions keep no state: the context is enough
+            await self.ensure_ready(session)
+            state = session.state_at(len(session.context))
+        if self._steps is None or state is None:
             session.context.extend(ids)
             await self._refresh(session, rebuild=True)
             return

@@ -16,6 +16,7 @@ import numpy as np
 
 from lmserve.server.backends.base import BatchScores
 from lmserve.server.decoding.scoring import PreparedScoring
+from lmserve.server.engine.handoff import settle
 
 
 @dataclass(eq=False)  # identity: two jobs with equal texts are still two jobs
@@ -86,18 +87,4 @@ class StepJob:
 
 def resolve(job: Job | StepJob, outcome: Any) -> None:
     """Hands the outcome to the waiting coroutine on its loop (from the worker thread)."""
-
-    def deliver() -> None:
-        if job.future.done():
-            return
-        if isinstance(outcome, BaseException):
-            job.future.set_exception(outcome)
-        else:
-            job.future.set_result(outcome)
-
-    if job.loop.is_closed():
-        return
-    try:
-        job.loop.call_soon_threadsafe(deliver)
-    except RuntimeError:  # the loop closed meanwhile
-        pass
+    settle(job.loop, job.future, outcome)

@@ -302,21 +302,28 @@ class ScoringQueue:
                 self._finish(job)
 
     def _store(self, job: Job, unit: np.ndarray, scores: BatchScores, row: int) -> None:
+        """Copies the unit's rows of a pass into the request's results (one gather, no
+        per-text loop: a pass of short texts has hundreds)."""
         n = len(unit)
         job.totals[unit] = scores.totals[row : row + n]
         if job.token_offsets is None:
             return
         assert scores.token_offsets is not None and scores.token_log_probs is not None
-        out_offsets = job.token_offsets
         assert job.token_log_probs is not None
-        for k, i in enumerate(unit.tolist()):
-            lo, hi = int(scores.token_offsets[row + k]), int(scores.token_offsets[row + k + 1])
-            start = int(out_offsets[i])
-            job.token_log_probs[start : start + hi - lo] = scores.token_log_probs[lo:hi]
-            if scores.ngram_lengths is not None:
-                if job.ngram_lengths is None:
-                    job.ngram_lengths = np.zeros(len(job.token_log_probs), dtype=np.int32)
-                job.ngram_lengths[start : start + hi - lo] = scores.ngram_lengths[lo:hi]
+        src_starts = scores.token_offsets[row : row + n]
+        lengths = scores.token_offsets[row + 1 : row + n + 1] - src_starts
+        total = int(lengths.sum())
+        if not total:
+            return
+        # Position j of text k: source src_starts[k] + j, destination job offset of text k + j.
+        within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        source = np.repeat(src_starts, lengths) + within
+        target = np.repeat(job.token_offsets[unit], lengths) + within
+        job.token_log_probs[target] = scores.token_log_probs[source]
+        if scores.ngram_lengths is not None:
+            if job.ngram_lengths is None:
+                job.ngram_lengths = np.zeros(len(job.token_log_probs), dtype=np.int32)
+            job.ngram_lengths[target] = scores.ngram_lengths[source]
 
     def _finish(self, job: Job) -> None:
         result = BatchScores(

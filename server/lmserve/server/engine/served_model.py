@@ -240,9 +240,6 @@ class ServedModel:
         index, unk = self.vocab.index, self.vocab.unk_id
         return [index.get(t, unk) for t in tokens]
 
-    def token_names(self, tokens: Sequence[str]) -> list[str]:
-        return list(tokens)
-
     def token_names_of_text(self, text: str, ids: Sequence[int]) -> list[str]:
         """The model tokens of `text` as the client keeps them: words as the tokenizer writes
         them (an unknown word stays itself), pieces as the vocabulary writes them."""

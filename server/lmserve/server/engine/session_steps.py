@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.stepping import Stepper
+from lmserve.server.engine.handoff import settle
 from lmserve.server.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
@@ -141,16 +142,4 @@ class SessionSteps:
 
 
 def _resolve(item: _Advance, outcome: Advanced | BaseException) -> None:
-    def deliver() -> None:
-        if item.future.done():
-            return
-        if isinstance(outcome, BaseException):
-            item.future.set_exception(outcome)
-        else:
-            item.future.set_result(outcome)
-
-    if not item.loop.is_closed():
-        try:
-            item.loop.call_soon_threadsafe(deliver)
-        except RuntimeError:  # the loop closed meanwhile
-            pass
+    settle(item.loop, item.future, outcome)
