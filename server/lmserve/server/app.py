@@ -83,8 +83,10 @@ class RunningServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._hurry.wait(), notice)
         await self.server.stop(0 if self._hurry.is_set() else grace)
-        # Never blocks: model threads stop after the pass or step in flight.
+        # Model threads stop after the pass or step in flight; that is waited for (bounded), so
+        # no native model code runs on while the interpreter shuts down (it aborted, SIGABRT).
         self.models.close()
+        await asyncio.to_thread(self.models.join, 5.0)
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
             self._metrics_httpd.server_close()

@@ -125,6 +125,13 @@ class BeamRunner:
         for job in waiting:
             job.answer(Overloaded("the server is shutting down"))
 
+    def join(self, timeout: float) -> None:
+        """Waits (at most `timeout` s in all) for running searches to stop after `close`
+        (within a step each)."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+
     def _start_threads(self) -> None:
         """Call with `_cond` held: one more worker while fewer than the limit exist and jobs
         outnumber idle workers."""

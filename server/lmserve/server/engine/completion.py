@@ -211,6 +211,10 @@ class Completer:
         if self._steps is not None:
             self._steps.close()
 
+    def join(self, timeout: float) -> None:
+        if self._steps is not None:
+            self._steps.join(timeout)
+
 
 def _pieces(codec: TextCodec, vocab: Any) -> PieceVocabulary:
     from lmserve.server.text.char import CharCodec

@@ -172,6 +172,11 @@ class ScoringQueue:
         for job in jobs:
             self._fail(job, ModelUnavailable(f"model {self.model!r} is shutting down"))
 
+    def join(self, timeout: float) -> None:
+        """Waits (at most `timeout` s) for the worker to finish its pass in flight after
+        `close`: native model code must not run on while the interpreter shuts down."""
+        self._thread.join(timeout)
+
     # -- the worker thread ---------------------------------------------------------------------
 
     def _run(self) -> None:

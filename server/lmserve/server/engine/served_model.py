@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -290,3 +291,10 @@ class ServedModel:
             scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.close(timeout=0.5)
+
+    def join(self, timeout: float) -> None:
+        """After `close`: waits (at most `timeout` s) for the work in flight (one pass, one
+        step) to end, so no model code runs while the process exits."""
+        deadline = time.monotonic() + timeout
+        for part in (self._scoring, self.completer, self.beams):
+            part.join(max(0.0, deadline - time.monotonic()))

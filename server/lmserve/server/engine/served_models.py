@@ -19,6 +19,7 @@ and closes an idle old model without waiting.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -47,6 +48,8 @@ class ServedModels:
         self._lock = threading.RLock()
         self._users: dict[ServedModel, int] = {}
         self._retired: set[ServedModel] = set()
+        # The models `close` stopped, for `join` to wait on.
+        self._closing: list[ServedModel] = []
         self._closed = False
         self._served = {
             entry.name: ServedModel(entry, limits, metrics)
@@ -166,3 +169,10 @@ class ServedModels:
             self._retired.clear()
         for served in models:
             served.close()
+        self._closing = models
+
+    def join(self, timeout: float) -> None:
+        """After `close`: waits (at most `timeout` s in all) for every model's work in flight."""
+        deadline = time.monotonic() + timeout
+        for served in self._closing:
+            served.join(max(0.0, deadline - time.monotonic()))

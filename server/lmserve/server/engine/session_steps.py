@@ -95,6 +95,10 @@ class SessionSteps:
         for item in waiting:
             _resolve(item, ModelUnavailable(f"model {self.model!r} is shutting down"))
 
+    def join(self, timeout: float) -> None:
+        """Waits (at most `timeout` s) for the step in flight after `close`."""
+        self._thread.join(timeout)
+
     def _run(self) -> None:
         active: list[_Advance] = []
         while True:
