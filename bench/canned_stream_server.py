@@ -8,6 +8,8 @@ sampling, no detokenizing and no protobuf building per message. What a Generate 
 here, per message, is what grpcio itself costs the server and the client, the least any
 server built on it can pay (`bench_generate_bound.py`). With `--period`, each message waits that
 long after the previous one: a stream at the pace of a model step, to run beside one.
+`Score` answers at once with an empty response: a small request's own floor beside those
+streams (`bench_soak_floor.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from grpc import aio
 from lmserve.v1 import lm_service_pb2 as pb
 
 METHOD = "Generate"
+SCORE_METHOD = "Score"
 SERVICE = "lmserve.v1.LanguageModelService"
 
 
@@ -52,9 +55,15 @@ async def serve(port: int, period: float = 0.0) -> None:
             yield token
         yield _finished_message(tokens)
 
+    async def score(request: bytes, context: aio.ServicerContext) -> bytes:
+        return b""
+
     handler = grpc.method_handlers_generic_handler(
         SERVICE,
-        {METHOD: grpc.unary_stream_rpc_method_handler(generate)},  # bytes in, bytes out
+        {  # bytes in, bytes out
+            METHOD: grpc.unary_stream_rpc_method_handler(generate),
+            SCORE_METHOD: grpc.unary_unary_rpc_method_handler(score),
+        },
     )
     server = aio.server()
     server.add_generic_rpc_handlers((handler,))
