@@ -155,6 +155,13 @@ def test_folder_names_its_tokenizer(repository: Path, name: str) -> None:
     assert written == [escape_token(t) for t in _codec(folder).vocab.words]
     if kind is TokenizerKind.CHARACTER:
         assert "\\s" in written and " " not in written
+    # The recorded command line reproduces the tokenizer choice.
+    trained_by = manifest.provenance.trained_by or ""
+    assert (
+        "--tokenizer char" if kind is TokenizerKind.CHARACTER else "--tokenizer bpe"
+    ) in trained_by
+    assert ("--bpe-model" in trained_by) == (name == "bpe-file-3gram")
+    assert ("--bpe-vocab-size 60" in trained_by) == (name == "bpe-3gram")
 
 
 def test_the_bpe_model_file_is_used_as_given(repository: Path, tmp_path: Path) -> None:
