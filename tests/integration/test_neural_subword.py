@@ -148,7 +148,8 @@ def _broken_copies(root: Path) -> None:
                 }
             ),
         )
-    # An n-gram model cannot take a character tokenizer: its ARPA words are the tokens.
+    # A character n-gram model needs its vocab.txt (train-ngram --tokenizer char writes it):
+    # the codec's ids must be the ARPA's, which the loader checks.
     (root / "char-ngram").mkdir()
     (root / "char-ngram" / "model.arpa").write_text(
         "\\data\\\nngram 1=4\n\n\\1-grams:\n-1.0\t<unk>\n-99\t<s>\n-0.5\t</s>\n-0.5\ta\n\n\\end\\\n"
@@ -306,7 +307,7 @@ def test_the_manifest_records_the_command_that_ran(
         ("bpe-vocab-mismatch", "vocab.txt: token 3 is"),
         ("char-bad-escape", "vocab.txt: character vocabulary: bad escape '\\\\q'"),
         ("bpe-mix", "a bpe tokenizer is not served for interpolated models"),
-        ("char-ngram", "served with recurrent models only, not kind 'ngram'"),
+        ("char-ngram", "manifest lists no file 'vocab'"),
     ],
 )
 def test_inconsistent_or_unservable_models_fail_alone(stub: Stub, model: str, reason: str) -> None:

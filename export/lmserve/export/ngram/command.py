@@ -46,6 +46,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--token-pattern", help="words are this regex's matches (default: whitespace split)"
     )
     parser.add_argument(
+        "--tokenizer",
+        choices=("word", "char", "bpe"),
+        default="word",
+        help="count words, characters, or BPE pieces (words split as --token-pattern says first)",
+    )
+    parser.add_argument(
+        "--bpe-vocab-size",
+        type=_positive_int,
+        default=8000,
+        help="BPE vocabulary trained on CORPUS (specials included; default 8000)",
+    )
+    parser.add_argument(
+        "--bpe-model",
+        type=Path,
+        help="an existing BPE tokenizer.json (e.g. a train-rnn model's) instead of training one",
+    )
+    parser.add_argument(
+        "--discount-fallback",
+        action="store_true",
+        help="Kneser-Ney: an order whose counts give no valid discounts uses 0.5, 1, 1.5 "
+        "(as lmplz --discount_fallback; character models need it)",
+    )
+    parser.add_argument(
         "--arpa-only", action="store_true", help="write only MODEL_DIR/model.arpa(.gz)"
     )
     parser.add_argument(
@@ -56,7 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _command_line(args: argparse.Namespace) -> list[str]:
     """The options this run used, spelled as a command line (recorded in the manifest)."""
     words = ["--order", str(args.order), "--smoothing", args.smoothing]
-    for option in ("name", "heldout", "test", "top_n", "token_pattern"):
+    if args.tokenizer != "word":
+        words += ["--tokenizer", args.tokenizer]
+    if args.tokenizer == "bpe" and args.bpe_model is None:
+        words += ["--bpe-vocab-size", str(args.bpe_vocab_size)]
+    for option in ("name", "heldout", "test", "top_n", "token_pattern", "bpe_model"):
         value = getattr(args, option)
         if value is not None:
             words += ["--" + option.replace("_", "-"), str(value)]
@@ -65,6 +92,7 @@ def _command_line(args: argparse.Namespace) -> list[str]:
     if args.min_count != 1:
         words += ["--min-count", str(args.min_count)]
     words += [flag for flag, on in (("--lowercase", args.lowercase),
+              ("--discount-fallback", args.discount_fallback),
               ("--arpa-only", args.arpa_only), ("--no-gzip", not args.gzip)) if on]  # fmt: skip
     words += [str(args.corpus), str(args.model_dir)]
     return [shlex.quote(w) for w in words]
@@ -88,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
         token_pattern=args.token_pattern,
         arpa_only=args.arpa_only,
         gzip=args.gzip,
+        tokenizer=args.tokenizer,
+        bpe_vocab_size=args.bpe_vocab_size,
+        bpe_model=args.bpe_model,
+        discount_fallback=args.discount_fallback,
     )
     try:
         result = train(config, command_line=_command_line(args))

@@ -1,5 +1,9 @@
 """The `train-ngram` pipeline: text -> counts -> smoothed back-off model -> ARPA -> model folder.
 
+The tokens counted are words, characters or BPE pieces (`tokens.CorpusTokenizer`); a character
+or BPE model's folder also holds its tokenizer (`vocab.txt`, escaped, or `tokenizer.json`), named
+by the manifest, so the server cuts texts exactly as training did.
+
 Each phase is timed (`TrainResult.timings`, seconds) so the benchmark and the manifest can
 report where the time goes.
 """
@@ -12,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lmserve.export.ngram.arpa_writer import write_arpa
 from lmserve.export.ngram.counting import NgramCounts, count_ngrams
@@ -22,8 +27,12 @@ from lmserve.export.ngram.smoothing import (
     smooth_kneser_ney,
     smooth_mle,
 )
+from lmserve.export.ngram.smoothing.kneser_ney import KENLM_FALLBACK
+from lmserve.export.ngram.tokens import CorpusTokenizer, make_tokenizer, read_lines
 from lmserve.export.ngram.vocab import EncodedCorpus, encode_corpus, select_vocabulary
-from lmserve.server.text.word import WordTokenizer
+
+if TYPE_CHECKING:
+    from lmserve.server.manifest import TokenizerSpec
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,10 @@ class TrainConfig:
     token_pattern: str | None = None
     arpa_only: bool = False
     gzip: bool = True
+    tokenizer: str = "word"
+    bpe_vocab_size: int = 8000
+    bpe_model: Path | None = None
+    discount_fallback: bool = False
 
     @property
     def model_name(self) -> str:
@@ -69,10 +82,52 @@ class _Timer:
         self.timings[name] = time.perf_counter() - start
 
 
-def read_sentences(path: Path, tokenizer: WordTokenizer) -> list[list[str]]:
-    """One sentence per line, as KenLM reads text: a line with no words is still a sentence
-    (`<s> </s>`), so every line contributes one `</s>`."""
-    return tokenizer.split_batch(path.read_text(encoding="utf-8").splitlines())
+TOKENIZER_FILES = {"char": ("vocab", "vocab.txt"), "bpe": ("tokenizer", "tokenizer.json")}
+
+
+def _tokenizer(config: TrainConfig) -> CorpusTokenizer:
+    if config.tokenizer == "bpe" and (config.min_count != 1 or config.top_n is not None):
+        raise ValueError("--min-count and --top-n choose words or characters, not BPE pieces")
+    if config.tokenizer != "bpe" and config.bpe_model is not None:
+        raise ValueError("--bpe-model needs --tokenizer bpe")
+    needs_text = config.tokenizer == "char" or (
+        config.tokenizer == "bpe" and config.bpe_model is None
+    )
+    return make_tokenizer(
+        config.tokenizer,
+        read_lines(config.corpus) if needs_text else [],
+        lowercase=config.lowercase,
+        pattern=config.token_pattern,
+        min_count=config.min_count,
+        top_n=config.top_n,
+        bpe_vocab_size=config.bpe_vocab_size,
+        bpe_model=config.bpe_model,
+    )
+
+
+def _write_tokenizer(tokens: CorpusTokenizer, folder: Path) -> dict[str, Path]:
+    """A character or BPE model's tokenizer file(s) in the folder, by manifest key."""
+    from lmserve.server.text.bpe import BpeCodec
+
+    codec = tokens.codec
+    if codec is None:
+        return {}
+    if isinstance(codec, BpeCodec):
+        key, name = TOKENIZER_FILES["bpe"]
+        codec.save(folder / name)
+    else:
+        key, name = TOKENIZER_FILES["char"]
+        codec.save_vocab(folder / name)
+    return {key: folder / name}
+
+
+def _tokenizer_spec(config: TrainConfig, tokens: CorpusTokenizer) -> TokenizerSpec:
+    from lmserve.server.manifest import TokenizerSpec
+
+    file = "tokenizer" if config.tokenizer == "bpe" else None
+    return TokenizerSpec(
+        kind=tokens.kind, lowercase=config.lowercase, pattern=config.token_pattern, file=file
+    )
 
 
 def smooth(counts: NgramCounts, config: TrainConfig, heldout: EncodedCorpus | None) -> BackoffModel:
@@ -84,7 +139,10 @@ def smooth(counts: NgramCounts, config: TrainConfig, heldout: EncodedCorpus | No
     if method == "interpolated":
         return smooth_interpolated(counts, heldout)
     if method in ("kneser-ney", "modified-kneser-ney"):
-        return smooth_kneser_ney(counts, modified=method == "modified-kneser-ney")
+        fallback = KENLM_FALLBACK if config.discount_fallback else None
+        return smooth_kneser_ney(
+            counts, modified=method == "modified-kneser-ney", discount_fallback=fallback
+        )
     raise ValueError(f"unknown smoothing method {method!r}")
 
 
@@ -92,18 +150,26 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
     """Runs the whole pipeline and returns what it wrote and measured."""
     from lmserve.export.ngram.evaluate import perplexity
     from lmserve.server.backends.ngram import NgramModel, write_model_folder
-    from lmserve.server.manifest import Provenance, TokenizerSpec
+    from lmserve.server.manifest import Provenance
 
     if config.smoothing == "interpolated" and config.heldout is None:
         raise ValueError("--smoothing interpolated needs --heldout to tune its weights")
     timer = _Timer()
-    tokenizer = WordTokenizer(lowercase=config.lowercase, pattern=config.token_pattern)
+    with timer.phase("tokenizer_seconds"):
+        tokens = _tokenizer(config)
     with timer.phase("read_seconds"):
-        sentences = read_sentences(config.corpus, tokenizer)
-        heldout_sentences = read_sentences(config.heldout, tokenizer) if config.heldout else None
-        test_sentences = read_sentences(config.test, tokenizer) if config.test else None
+        sentences = tokens.read(config.corpus)
+        evaluated = {
+            prefix: read_lines(path)
+            for prefix, path in (("valid", config.heldout), ("test", config.test))
+            if path is not None
+        }
+        split = {prefix: tokens.split(lines) for prefix, lines in evaluated.items()}
+        heldout_sentences = split.get("valid")
     with timer.phase("count_seconds"):
-        words = select_vocabulary(sentences, min_count=config.min_count, top_n=config.top_n)
+        words = tokens.vocabulary() or select_vocabulary(
+            sentences, min_count=config.min_count, top_n=config.top_n
+        )
         index = {w: i for i, w in enumerate(words)}
         corpus = encode_corpus(sentences, index)
         counts = count_ngrams(corpus, config.order, len(words))
@@ -113,15 +179,18 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
     config.model_dir.mkdir(parents=True, exist_ok=True)
     arpa_path = config.model_dir / ("model.arpa.gz" if config.gzip else "model.arpa")
     with timer.phase("write_arpa_seconds"):
-        write_arpa(model, words, arpa_path)
+        write_arpa(model, tokens.arpa_names(words), arpa_path)
     with timer.phase("build_seconds"):
         engine = NgramModel.from_arpa(arpa_path)
+        if tokens.codec is not None:  # the ARPA's escaped words -> the tokens themselves
+            engine.rename_tokens(tokens.codec.vocab)
     train_seconds = sum(timer.timings.values())
     metrics: dict[str, float] = {"train_seconds": round(train_seconds, 3)}
     with timer.phase("evaluate_seconds"):
-        for prefix, texts in (("valid", heldout_sentences), ("test", test_sentences)):
-            if texts:
-                metrics.update(perplexity(engine, texts).as_metrics(prefix))
+        for prefix, lines in evaluated.items():
+            if lines:
+                measured = perplexity(engine, split[prefix], tokens.count_words(lines))
+                metrics.update(measured.as_metrics(prefix, per_word=tokens.codec is not None))
     result = TrainResult(
         arpa_path=arpa_path,
         vocab_size=len(words),
@@ -136,7 +205,8 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
                 engine,
                 config.model_dir,
                 name=config.model_name,
-                tokenizer=TokenizerSpec(lowercase=config.lowercase, pattern=config.token_pattern),
+                tokenizer=_tokenizer_spec(config, tokens),
+                tokenizer_files=_write_tokenizer(tokens, config.model_dir),
                 provenance=Provenance(
                     training_corpus=str(config.corpus),
                     trained_by=" ".join(["lmserve", "train-ngram", *command_line]),

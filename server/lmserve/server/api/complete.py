@@ -7,8 +7,10 @@ The first message names the model (and optionally a session id to resume); later
 continue that session. Each message applies, in this order: `context` (the whole committed
 context: reused when the server holds it, else rebuilt), `reset`, `rollback_tokens`, then
 `append_text` or `append_tokens`; then the answer is the k most probable next words starting
-with `partial_word`. When a newer message is already waiting, this one's changes are applied
-and it is answered `skipped` without completions, so a fast typist is never answered late.
+with `partial_word`. `append_text` is whole words: a character model's context gets the space
+that ends the last of them (a word model's words and BPE's `x</w>` pieces end themselves).
+When a newer message is already waiting, this one's changes are applied and it is answered
+`skipped` without completions, so a fast typist is never answered late.
 Every field is checked before the session changes; an error ends the stream with its status,
 and the session stays usable from a new stream.
 """
@@ -122,6 +124,11 @@ def _ids(served: ServedModel, message: pb.CompleteRequest) -> tuple[list[int], l
     if not message.append_text:
         return [], []
     ids = served.encode_prompt(message.append_text, field="append_text")
+    # Appended text is whole words (the partial word is sent apart): on a character model the
+    # next word starts after a space, which the tokenizer drops at the end of a text.
+    boundary = served.word_boundary_id()
+    if ids and boundary is not None and ids[-1] != boundary:
+        ids.append(boundary)
     return ids, served.token_names_of_text(message.append_text, ids)
 
 

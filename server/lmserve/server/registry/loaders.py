@@ -8,7 +8,10 @@ Heavy runtimes (onnxruntime, torch) are imported by the loader that needs them, 
 installs only what its models use. Interpolated models find their components, loaded before
 them, in `LoadContext.loaded`. A character or BPE model's tokens are backslash-escaped in
 `vocab.txt` (see text/char.py): its vocabulary comes from the codec, and `vocab.txt` must list
-exactly the codec's tokens, escaped.
+exactly the codec's tokens, escaped. An n-gram model over characters or BPE pieces (trained by
+`lmserve train-ngram --tokenizer char|bpe`) writes its tokens escaped the same way in the ARPA
+file (a space cannot be an ARPA word), unigrams in the codec's id order: its ARPA words must be
+exactly the codec's tokens, escaped, which then replace them.
 """
 
 from __future__ import annotations
@@ -166,12 +169,20 @@ def load_backend(
         where = str(folder / main_file.path) if main_file else str(folder)
         raise ModelLoadError(where, f"cannot be loaded ({type(exc).__name__})", f"{exc}") from exc
     if vocab is not None:
-        _adopt_vocabulary(backend, vocab, manifest.file_path(folder, "vocab"))
+        _adopt_vocabulary(backend, vocab, _token_file(folder, manifest))
     return backend
 
 
+def _token_file(folder: Path, manifest: ModelManifest) -> Path:
+    """The file that lists a subword model's tokens: `vocab.txt`, or an n-gram model's ARPA."""
+    if manifest.kind is not ModelKind.NGRAM:
+        return manifest.file_path(folder, "vocab")
+    return manifest.file_path(folder, "arpa" if "arpa" in manifest.files else "model")
+
+
 def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | BpeCodec | None:
-    """The character or BPE codec of a recurrent model, from its files; None for other models.
+    """The character or BPE codec of a recurrent or n-gram model, from its files; None for
+    word models and mixtures.
 
     Character: `vocab.txt`, escaped, with the manifest's special tokens. BPE: the tokenizer file
     (`tokenizer.file`, default key `tokenizer`). Both split words with the manifest's rule.
@@ -179,10 +190,10 @@ def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | Bpe
     spec = manifest.tokenizer
     if spec.kind is TokenizerKind.WORD or manifest.kind is ModelKind.INTERPOLATED:
         return None
-    if manifest.kind not in RECURRENT_KINDS:
+    if manifest.kind not in (*RECURRENT_KINDS, ModelKind.NGRAM):
         raise ModelLoadError(
             str(folder / "model.yaml"),
-            f"a {spec.kind.value} tokenizer is served with recurrent models only, "
+            f"a {spec.kind.value} tokenizer is served with recurrent and n-gram models only, "
             f"not kind {manifest.kind.value!r}",
         )
     if spec.kind is TokenizerKind.CHARACTER:
@@ -209,15 +220,17 @@ def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | Bpe
 
 
 def _adopt_vocabulary(backend: LanguageModelBackend, vocab: Vocabulary, path: Path) -> None:
-    """Gives a recurrent backend its codec's tokens after checking `vocab.txt` lists them.
+    """Gives a recurrent or n-gram backend its codec's tokens after checking its file lists them.
 
-    The backends read `vocab.txt` line by line as word models need; a character or BPE model's
-    lines are those tokens escaped, same ids, so only the strings change here.
+    The backends read `vocab.txt` line by line (or the ARPA's unigrams) as word models need; a
+    character or BPE model's entries are those tokens escaped, same ids, so only the strings
+    change here.
     """
+    from lmserve.server.backends.ngram import NgramModel
     from lmserve.server.backends.recurrent import RecurrentBackend
 
-    if not isinstance(backend, RecurrentBackend):
-        raise ModelLoadError(str(path), "only recurrent models take a codec's vocabulary")
+    if not isinstance(backend, RecurrentBackend | NgramModel):
+        raise ModelLoadError(str(path), "only recurrent and n-gram models take a codec's tokens")
     lines = backend.vocab.words
     if len(lines) != len(vocab):
         raise ModelLoadError(
@@ -231,4 +244,7 @@ def _adopt_vocabulary(backend: LanguageModelBackend, vocab: Vocabulary, path: Pa
                 f"(written {escape_token(token)!r})",
             )
     # Not a constructor argument of the backends' load(): same ids, unescaped strings.
-    backend._vocab = vocab
+    if isinstance(backend, NgramModel):
+        backend.rename_tokens(vocab)
+    else:
+        backend._vocab = vocab

@@ -19,6 +19,11 @@ estimation"):
    its uniform share gamma(empty) / (V - 1)).
 5. Back-off form: a listed n-gram carries p(w | h); a context's back-off weight is gamma(h),
    since an unseen word after h gets exactly gamma(h) p(w | h').
+
+With `discount_fallback`, an order whose count-of-counts give no valid discounts takes fixed
+ones instead, as `lmplz --discount_fallback` does (KenLM's defaults D1, D2, D3+ = 0.5, 1, 1.5).
+Character models need it: every character follows many distinct characters, so no unigram has
+an adjusted count of 1, 2 or 3.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from lmserve.export.ngram.smoothing.base import (
 from lmserve.export.ngram.vocab import BOS_ID
 
 IntArray = npt.NDArray[np.int64]
+KENLM_FALLBACK = (0.5, 1.0, 1.5)
 
 
 def adjusted_counts(counts: NgramCounts) -> list[IntArray]:
@@ -86,19 +92,41 @@ def plain_discount(n: list[int], order: int) -> float:
     return n[0] / (n[0] + 2.0 * n[1])
 
 
-def smooth_kneser_ney(counts: NgramCounts, *, modified: bool = True) -> BackoffModel:
+def order_discounts(
+    n: list[int], order: int, *, modified: bool, fallback: tuple[float, float, float] | None
+) -> tuple[list[float], bool]:
+    """[D1, D2, D3+] for one order (three equal ones for plain Kneser-Ney), and whether they are
+    the fallback's."""
+    try:
+        if modified:
+            return modified_discounts(n, order), False
+        return [plain_discount(n, order)] * 3, False
+    except ValueError:
+        if fallback is None:
+            raise
+    return (list(fallback) if modified else [fallback[0]] * 3), True
+
+
+def smooth_kneser_ney(
+    counts: NgramCounts,
+    *,
+    modified: bool = True,
+    discount_fallback: tuple[float, float, float] | None = None,
+) -> BackoffModel:
     adjusted = adjusted_counts(counts)
     uniform = 1.0 / predictable_words(counts.vocab_size)
     probs: list[FloatArray] = []
     gammas: list[FloatArray] = []
     all_discounts: list[float] = []
+    fallback_orders: list[float] = []
     for k, table in enumerate(counts.orders, start=1):
         a = adjusted[k - 1]
-        n = count_of_counts(a)
-        if modified:
-            d1, d2, d3 = modified_discounts(n, k)
-        else:
-            d1 = d2 = d3 = plain_discount(n, k)
+        discounts, fell_back = order_discounts(
+            count_of_counts(a), k, modified=modified, fallback=discount_fallback
+        )
+        d1, d2, d3 = discounts
+        if fell_back:
+            fallback_orders.append(float(k))
         all_discounts += [d1, d2, d3]
         # Discount by count bucket: a = 0 (only <unk>, <s> unigrams) loses nothing.
         discount = np.array([0.0, d1, d2, d3])[np.minimum(a, 3)]
@@ -117,7 +145,11 @@ def smooth_kneser_ney(counts: NgramCounts, *, modified: bool = True) -> BackoffM
     backoffs = [
         np.where(context_totals(counts, k + 1) > 0, gammas[k], 1.0) for k in range(1, counts.order)
     ]
-    info = {"discounts": all_discounts, "count_of_counts": [float(x) for x in _all_n(adjusted)]}
+    info = {
+        "discounts": all_discounts,
+        "count_of_counts": [float(x) for x in _all_n(adjusted)],
+        "fallback_orders": fallback_orders,
+    }
     return BackoffModel(counts=counts, probs=probs, backoffs=backoffs, info=info)
 
 

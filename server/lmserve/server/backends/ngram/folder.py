@@ -1,4 +1,5 @@
-"""Writes an n-gram model folder: `model.lmbin`, optionally the source ARPA, and `model.yaml`."""
+"""Writes an n-gram model folder: `model.lmbin`, optionally the source ARPA and a tokenizer file,
+and `model.yaml`."""
 
 from __future__ import annotations
 
@@ -45,12 +46,14 @@ def write_model_folder(
     smoothing: str | None = None,
     arpa_source: Path | None = None,
     description: str = "",
+    tokenizer_files: dict[str, Path] | None = None,
 ) -> ModelManifest:
     """Saves the model's binary (and a copy of its ARPA) with a manifest listing their sha256.
 
     The manifest says kind=ngram, format=ngram_binary, files["model"] = model.lmbin, and
     files["arpa"] = model.arpa[.gz] when `arpa_source` is given (kept for inspection and for
-    rebuilding the binary with a newer format).
+    rebuilding the binary with a newer format). `tokenizer_files` (manifest key -> a file already
+    in `out_dir`: a character model's `vocab.txt`, a BPE model's `tokenizer.json`) are listed too.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -65,6 +68,8 @@ def write_model_folder(
         if arpa_source.resolve() != target.resolve():
             shutil.copyfile(arpa_source, target)
         files["arpa"] = FileEntry(path=arpa_name, sha256=sha256_of(target))
+    for key, path in (tokenizer_files or {}).items():
+        files[key] = FileEntry(path=path.name, sha256=sha256_of(out_dir / path.name))
     manifest = ModelManifest(
         name=name,
         kind=ModelKind.NGRAM,

@@ -145,6 +145,19 @@ class NgramModel:
     def vocab(self) -> Vocabulary:
         return self._vocab
 
+    def rename_tokens(self, vocab: Vocabulary) -> None:
+        """Takes a codec's token strings for the same ids: a character or BPE model's ARPA words
+        are its tokens escaped (`text.char.escape_token`), the codec's are the tokens themselves.
+        """
+        same_ids = (vocab.unk_id, vocab.bos_id, vocab.eos_id) == (
+            self._vocab.unk_id,
+            self._vocab.bos_id,
+            self._vocab.eos_id,
+        )
+        if len(vocab) != len(self._vocab) or not same_ids:
+            raise ValueError("the new vocabulary must have the same size and special ids")
+        self._vocab = vocab
+
     @property
     def arrays(self) -> NgramArrays:
         return self._a
