@@ -198,7 +198,7 @@ def test_the_type_mode_prints_each_keystrokes_suggestions(
 
     _, port = served
     argv = ["complete", "--model", "table", "--k", "2", "--target", f"127.0.0.1:{port}"]
-    assert main([*argv, "--type", "and gx\bo"]) == 0
+    assert main([*argv, "--json", "--type", "and gx\bo"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["typed"] for r in records] == [
         "a",

@@ -44,6 +44,11 @@ def add_connection_arguments(parser: argparse.ArgumentParser, timeout: float = 3
     )
 
 
+def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--json`: JSON Lines (one object per line) instead of the human-readable default."""
+    parser.add_argument("--json", action="store_true", help=f"print JSON lines: {what}")
+
+
 def fail(command: str, message: str) -> int:
     print(f"lmserve {command}: error: {message}", file=sys.stderr)
     return EXIT_ERROR

@@ -4,7 +4,8 @@ Interactive (needs prompt-toolkit, `pip install 'lmserve[demo]'`): the suggestio
 probabilities are shown under the input line as you type; Tab accepts the best one, Enter
 starts a new sentence, Ctrl-D or Ctrl-C quits. With `--type TEXT` it runs without a terminal:
 the text is typed one character at a time (a backspace character deletes one) and each
-keystroke's suggestions are printed as a JSON line, for scripts and tests.
+keystroke's suggestions are printed, one line a keystroke (`--json`: one JSON object a
+keystroke), for scripts and tests.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmserve.client.commands._common import (
     add_connection_arguments,
+    add_json_argument,
     fail,
     positive_int,
     with_client,
@@ -36,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--type",
         dest="typed",
         metavar="TEXT",
-        help="type TEXT key by key (\\b deletes) and print each keystroke's suggestions as JSON",
+        help="type TEXT key by key (\\b deletes) and print each keystroke's suggestions",
     )
+    add_json_argument(parser, "with --type, one object per keystroke")
     add_connection_arguments(parser)
 
 
@@ -68,10 +71,16 @@ def type_keys(session: CompletionSession, text: str) -> list[dict[str, Any]]:
     return records
 
 
+def _human(record: dict[str, Any]) -> str:
+    """`typed|<TAB>word (prob)  word (prob)`: what was typed, then the suggestions."""
+    found = "  ".join(f"{c['word']} ({c['prob']:.3f})" for c in record["completions"])
+    return f"{record['typed']}|\t{found}"
+
+
 def _script(client: LmServeClient, args: argparse.Namespace) -> int:
     with client.complete(args.model, k=args.k) as session:
         for record in type_keys(session, args.typed):
-            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.write((json.dumps(record) if args.json else _human(record)) + "\n")
             sys.stdout.flush()
     return 0
 
