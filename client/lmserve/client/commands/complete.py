@@ -63,7 +63,8 @@ def type_keys(session: CompletionSession, text: str) -> list[dict[str, Any]]:
             {
                 "key": key,
                 "typed": typed,
-                "context": list(session.context),
+                # The committed words as typed: the session's own tokens may be BPE pieces.
+                "context": typed[: len(typed) - len(session.partial)].split(),
                 "partial": session.partial,
                 "completions": _completions(found),
             }
