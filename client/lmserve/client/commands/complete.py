@@ -1,6 +1,6 @@
 """`lmserve complete`: type and watch a model's next-word suggestions follow each keystroke.
 
-Interactive (needs prompt-toolkit, `pip install 'lmserve[demo]'`): the suggestions and their
+Interactive (needs prompt-toolkit, `pip install 'lmserve-client[demo]'`): the suggestions and their
 probabilities are shown under the input line as you type; Tab accepts the best one, Enter
 starts a new sentence, Ctrl-D or Ctrl-C quits. With `--type TEXT` it runs without a terminal:
 the text is typed one character at a time (a backspace character deletes one) and each
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             return fail(
                 "complete",
-                "the interactive demo needs prompt-toolkit: pip install 'lmserve[demo]' "
+                "the interactive demo needs prompt-toolkit: pip install 'lmserve-client[demo]' "
                 "(or run it with --type TEXT)",
             )
         from lmserve.client.commands.complete_app import interactive

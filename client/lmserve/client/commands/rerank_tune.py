@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import jiwer
     except ImportError:
-        return fail("rerank-tune", "needs jiwer: pip install 'lmserve[rerank]'")
+        return fail("rerank-tune", "needs jiwer: pip install 'lmserve-client[rerank]'")
 
     def body(client: LmServeClient) -> int:
         lists = list(read_lists([args.file], "jsonl", False))
