@@ -226,7 +226,7 @@ def test_the_interactive_mode_says_what_is_missing_without_prompt_toolkit(
 
     monkeypatch.setitem(sys.modules, "prompt_toolkit", None)  # as if not installed
     assert main(["complete", "--model", "table", "--target", "127.0.0.1:1"]) == 1
-    assert "pip install 'lmserve[demo]'" in capsys.readouterr().err
+    assert "pip install 'lmserve-client[demo]'" in capsys.readouterr().err
 
 
 def test_the_interactive_screen_follows_edits_and_tab_accepts_the_best(
