@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help="type TEXT key by key (\\b deletes) and print each keystroke's suggestions",
     )
+    parser.add_argument(
+        "--session-id", metavar="ID", help="continue this server session (default: a new one)"
+    )
     add_json_argument(parser, "with --type, one object per keystroke")
     add_connection_arguments(parser)
 
@@ -67,6 +70,7 @@ def type_keys(session: CompletionSession, text: str) -> list[dict[str, Any]]:
                 "context": typed[: len(typed) - len(session.partial)].split(),
                 "partial": session.partial,
                 "completions": _completions(found),
+                "session_id": session.session_id,
             }
         )
     return records
@@ -79,7 +83,7 @@ def _human(record: dict[str, Any]) -> str:
 
 
 def _script(client: LmServeClient, args: argparse.Namespace) -> int:
-    with client.complete(args.model, k=args.k) as session:
+    with client.complete(args.model, k=args.k, session_id=args.session_id) as session:
         for record in type_keys(session, args.typed):
             sys.stdout.write((json.dumps(record) if args.json else _human(record)) + "\n")
             sys.stdout.flush()
