@@ -11,9 +11,14 @@ KJV := export/lmserve/export/corpora/kjv
 
 .PHONY: install serve test check lint proto models bench clean
 
-$(STAMP): pyproject.toml hatch_build.py $(wildcard server/lmserve/server/*/*.c server/lmserve/server/*/*/*.c server/lmserve/server/*/*/*/*.c)
+$(STAMP): pyproject.toml client/pyproject.toml hatch_build.py $(wildcard server/lmserve/server/*/*.c server/lmserve/server/*/*/*.c server/lmserve/server/*/*/*/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
+	# Two distributions: lmserve-client (client/: stubs, client, the `lmserve` command) and the
+	# server (the root), which depends on it; one pip call resolves both from the checkout.
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ./client -e '.[dev,bench]'
+	# A venv made before the split: removing the old lmserve took its bin/lmserve with it.
+	test -x $(BIN)/lmserve || $(BIN)/python -m pip install -q --disable-pip-version-check \
+		--no-deps --force-reinstall -e ./client
 	touch $(STAMP)
 
 install: $(STAMP)

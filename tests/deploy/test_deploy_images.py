@@ -146,6 +146,12 @@ def test_build_stage_has_what_the_wheel_build_needs(path: Path) -> None:
         assert source.split("/")[0] in copied_top, source
     runs = " ".join(build.args("RUN"))
     assert "gcc" in runs and "pip wheel --no-deps" in runs
+    # The server wheel depends on lmserve-client: both are built, and pip finds the client's.
+    assert re.search(r"pip wheel --no-deps --wheel-dir /wheels \./client \.(\s|$)", runs), runs
+    assert "--find-links /wheels" in runs
+    client = tomllib.loads((REPO / "client" / "pyproject.toml").read_text())
+    assert f"{client['project']['name']}==" in " ".join(project["project"]["dependencies"])
+    assert (REPO / "client" / client["project"]["readme"]).is_file()
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)

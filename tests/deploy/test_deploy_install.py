@@ -1,6 +1,8 @@
-"""The image's install steps, outside Docker: `pip wheel --no-deps .` compiles the C extensions
-into a wheel, and that wheel alone (`--no-index --no-deps`) installs into a clean virtualenv whose
-`lmserve` command runs and whose modules (the extensions included) come from the wheel.
+"""The image's install steps, outside Docker: `pip wheel --no-deps ./client .` builds the
+lmserve-client wheel and compiles the server's C extensions into the server wheel; those two
+wheels alone (`--no-index --no-deps`) install into a clean virtualenv whose `lmserve` command
+(the client's console script) finds the server's commands through their entry points, whose
+modules (the extensions included) come from the wheels, and where no file belongs to both.
 
 The virtualenv sees this environment's site-packages for the dependencies (a `.pth` line, which
 adds the folder without running its own `.pth` files, so the editable install of the checkout
@@ -13,6 +15,7 @@ import os
 import site
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from deploy_files import REPO
@@ -34,20 +37,27 @@ def run(cmd: list[str], cwd: Path, timeout: float = 120) -> subprocess.Completed
     return result
 
 
+def wheel_files(wheel: Path) -> list[str]:
+    """The files a wheel installs (its own .dist-info left out)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return [n for n in archive.namelist() if ".dist-info/" not in n]
+
+
 def test_wheel_installs_alone_and_serves_its_command(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO)],
-        tmp_path,
-    )
+    build = ["wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO / "client"), str(REPO)]
+    run([sys.executable, "-m", "pip", *build], tmp_path)
     [wheel] = wheels.glob("lmserve-*.whl")
+    [client_wheel] = wheels.glob("lmserve_client-*.whl")
     assert "-py3-none-any" not in wheel.name, "the wheel must be platform-specific (C extensions)"
+    assert client_wheel.name.endswith("-py3-none-any.whl"), "the client is pure Python"
+    assert not set(wheel_files(wheel)) & set(wheel_files(client_wheel)), "a file in both wheels"
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
     python = venv / "bin" / "python"
-    install = ["--python", str(python), "install", "-q", "--no-index", "--no-deps", str(wheel)]
-    run([sys.executable, "-m", "pip", *install], tmp_path)
+    install = ["--python", str(python), "install", "-q", "--no-index", "--no-deps"]
+    run([sys.executable, "-m", "pip", *install, str(client_wheel), str(wheel)], tmp_path)
     purelib = run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         tmp_path,
@@ -67,7 +77,9 @@ def test_wheel_installs_alone_and_serves_its_command(tmp_path: Path) -> None:
     assert all(f.endswith(".so") for f in files[: len(EXTENSIONS)])
 
     lmserve = venv / "bin" / "lmserve"
-    assert "serve" in run([str(lmserve), "--help"], tmp_path).stdout
+    listed = run([str(lmserve), "--help"], tmp_path).stdout
+    for command in ("serve", "train-ngram", "import-arpa", "score", "health"):
+        assert f"\n    {command}" in listed, f"{command} missing from lmserve --help"
     assert "--model-repository" in run([str(lmserve), "serve", "--help"], tmp_path).stdout
 
     # The image's build stage trains kjv-5gram with the installed package (`make models`' flags):

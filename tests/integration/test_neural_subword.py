@@ -8,6 +8,8 @@ divides the same log-probability by words + `</s>`s, and the character vocabular
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import shlex
@@ -51,6 +53,7 @@ VALID = [
 ]
 # Irregular spacing on purpose: the models read the words joined by single spaces.
 TEXTS = ["in  the\tbeginning god", "let there be light", ""]
+PIECE_MARKS = ("</w>", "\u0120", "\u2581")  # BPE end-of-word suffix, byte-level and metaspace
 Stub = lm_service_pb2_grpc.LanguageModelServiceStub
 
 
@@ -63,6 +66,10 @@ class Trained:
 
     def ids(self, text: str) -> list[int]:
         return [int(i) for i in self.codec.encode_texts([text]).ids]
+
+    def codec_texts(self) -> set[str]:
+        """Each vocabulary entry decoded on its own (a piece without its end-of-word mark)."""
+        return {self.codec.decode([i]) for i in range(len(self.codec.vocab))}
 
     def token_log_probs(self, text: str) -> list[float]:
         vocab = self.codec.vocab
@@ -208,11 +215,15 @@ def test_served_scores_equal_the_pytorch_model(
         assert result.log_prob == pytest.approx(sum(expected), abs=1e-4)
         assert result.token_count == len(ids) + 1  # the model's tokens, not words
         assert list(result.details.token_ids) == [*ids, model.codec.vocab.eos_id]
-        # The details name the model's own tokens, which spell the text out again.
+        # The details give each token's text (characters; for BPE what each piece adds, never
+        # the piece with its `</w>`), which spell the text out again.
         tokens = list(result.details.tokens)
-        assert tokens == [*(model.codec.vocab.words[i] for i in ids), "</s>"]
-        spelled = "".join(tokens[:-1]).replace("</w>", " ").strip()
-        assert spelled == " ".join(text.split())
+        assert tokens[-1] == "</s>" and len(tokens) == len(ids) + 1
+        assert "".join(tokens[:-1]) == " ".join(text.split())
+        if kind == "char":
+            assert tokens[:-1] == [model.codec.vocab.words[i] for i in ids]
+        else:
+            assert not any(mark in t for t in tokens for mark in PIECE_MARKS)
     info = stub.GetModel(pb.GetModelRequest(model=model.name)).model
     assert info.state == pb.MODEL_STATE_READY and info.vocab_size == len(model.codec.vocab)
     kinds = {"char": pb.TOKENIZER_KIND_CHARACTER, "bpe": pb.TOKENIZER_KIND_BPE}
@@ -350,3 +361,44 @@ def test_generated_text_is_the_codecs_decoding_of_the_generated_tokens(
     best = beam.hypotheses[0]
     eos = model.codec.vocab.eos_id
     assert best.text == model.codec.decode([i for i in best.token_ids if i != eos])
+
+
+def _cli_output(argv: list[str]) -> str:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(argv) == 0, argv
+    return buffer.getvalue()
+
+
+def test_no_raw_bpe_pieces_in_any_cli_output(
+    server: BackgroundServer, trained: dict[str, Trained]
+) -> None:
+    """score (per-token), generate (tokens, alternatives), beam search and complete on a BPE
+    model: every piece the user sees is text, never a subword with its end-of-word mark."""
+    model = trained["bpe"]
+    base = ["--target", server.address, "--model", model.name]
+    prompt = ["--prompt", "and god", "--seed", "1", "--max-new-tokens", "12"]
+    outputs = {
+        "score": _cli_output(["score", *base, "--tokens", "in the beginning god"]),
+        "score --json": _cli_output(["score", *base, "--tokens", "--json", "in the beginning god"]),
+        "generate": _cli_output(["generate", *base, *prompt]),
+        "generate --json": _cli_output(
+            ["generate", *base, *prompt, "--json", "--logprobs", "--top-logprobs", "5"]
+        ),
+        "beam": _cli_output(["generate", *base, *prompt, "--beam", "3", "--n-best", "3", "--json"]),
+        "complete": _cli_output(["complete", *base, "--type", "and go", "--json"]),
+    }
+    for name, output in outputs.items():
+        assert output.strip(), name
+        for mark in PIECE_MARKS:
+            assert mark not in output, f"{name} shows {mark!r}:\n{output}"
+    # The probe is not vacuous: the vocabulary has pieces with the mark, and the outputs carry
+    # per-token texts and alternatives.
+    assert any(w.endswith("</w>") for w in model.codec.vocab.words)
+    [scored] = [json.loads(line) for line in outputs["score --json"].splitlines()]
+    texts = [t["token"] for t in scored["tokens"]]
+    assert "".join(texts[:-1]) == "in the beginning god" and texts[-1] == "</s>"
+    [sample] = [json.loads(line) for line in outputs["generate --json"].splitlines()]
+    assert len(sample["tokens"][0]["top_logprobs"]) == 5
+    alternatives = {a["text"] for t in sample["tokens"] for a in t["top_logprobs"]}
+    assert alternatives and alternatives <= {*model.codec_texts(), "</s>", "<unk>", "<s>"}

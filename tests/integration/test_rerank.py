@@ -383,7 +383,9 @@ def test_cli_rerank_jsonl_and_1best(
     assert best == [
         nb.hypotheses[r.best.index].display() for nb, r in zip(kjv_lists, expected, strict=False)
     ]
-    assert cli(*argv, *weights, str(path)) == 0
+    assert cli(*argv, *weights, str(path)) == 0  # the 1-best lines are the default
+    assert capsys.readouterr().out.splitlines() == best
+    assert cli(*argv, *weights, "--json", str(path)) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["id"] for r in records] == [nb.id for nb in kjv_lists[:5]]
     for record, reranked in zip(records, expected, strict=True):
@@ -396,7 +398,7 @@ def test_cli_rerank_srilm_files(
 ) -> None:
     (tmp_path / "utt1").write_text("-10.0 -3.0 3 and god said\n-9.5 -9.0 3 and god sad\n")
     (tmp_path / "utt2").write_text("NBestList1.0\n(-1000) the lord\n(-990) the lard\n")
-    argv = ["rerank", "--target", server.address, "--model", "kjv3", "--format", "srilm"]
+    argv = ["rerank", "--target", server.address, "--model", "kjv3", "--format", "srilm", "--json"]
     assert (
         cli(*argv, "--weight", "recognizer_lm=0", str(tmp_path / "utt1"), str(tmp_path / "utt2"))
         == 0
@@ -420,7 +422,7 @@ def test_cli_rerank_tune_beats_or_equals_acoustic_only(
     jiwer = pytest.importorskip("jiwer")
     path = tmp_path / "dev.jsonl"
     path.write_text("".join(json.dumps(nb.to_dict()) + "\n" for nb in kjv_lists))
-    argv = ["rerank-tune", "--target", server.address, "--model", "kjv3", str(path)]
+    argv = ["rerank-tune", "--target", server.address, "--model", "kjv3", "--json", str(path)]
     assert cli(*argv, "--grid-lm-weight", "0,0.5,1", "--grid-length-bonus", "0,1") == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 7 and rows[-1]["lists"] == len(kjv_lists)

@@ -186,7 +186,9 @@ def test_cli_rerank_and_tune(
     assert cli("rerank", *base, "--output", "1best", "--weight", "ac=2", str(path)) == 0
     # u1: "abc" 0 - 3 = -3 beats "a" -2 - 1 = -3 by index; u2: "x" -1, "xy z" -8 - 4 = -12.
     assert capsys.readouterr().out.splitlines() == ["abc", "x"] * 3
-    assert cli("rerank", *base, "--lm-weight", "0", str(path)) == 0
+    assert cli("rerank", *base, "--weight", "ac=2", str(path)) == 0  # 1-best is the default
+    assert capsys.readouterr().out.splitlines() == ["abc", "x"] * 3
+    assert cli("rerank", *base, "--lm-weight", "0", "--json", str(path)) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["id"] for r in records] == ["u1", "u2"] * 3
     assert records[0]["reference"] == "a" and records[0]["hypotheses"][0]["text"] == "abc"
@@ -194,6 +196,10 @@ def test_cli_rerank_and_tune(
 
     grid = ["--grid-lm-weight", "0,1", "--grid-length-bonus", "0,5"]
     assert cli("rerank-tune", *base, *grid, str(path)) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "LM_WEIGHT\tLENGTH_BONUS\tWER" and len(table) == 6
+    assert table[-1].startswith("best: --lm-weight ")
+    assert cli("rerank-tune", *base, *grid, "--json", str(path)) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["lm_weight"], r["length_bonus"]) for r in rows[:4]] == [
         (0.0, 0.0),

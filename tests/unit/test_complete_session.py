@@ -198,7 +198,7 @@ def test_the_type_mode_prints_each_keystrokes_suggestions(
 
     _, port = served
     argv = ["complete", "--model", "table", "--k", "2", "--target", f"127.0.0.1:{port}"]
-    assert main([*argv, "--type", "and gx\bo"]) == 0
+    assert main([*argv, "--json", "--type", "and gx\bo"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["typed"] for r in records] == [
         "a",
@@ -219,6 +219,30 @@ def test_the_type_mode_prints_each_keystrokes_suggestions(
     )
 
 
+def test_complete_command_continues_a_session_by_id(
+    served: tuple[TableServer, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lmserve.server.cli import main
+
+    _, port = served
+    argv = ["complete", "--model", "table", "--target", f"127.0.0.1:{port}", "--json"]
+    assert main([*argv, "--type", "and "]) == 0
+    first = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    session = first[-1]["session_id"]
+    assert session and {r["session_id"] for r in first} == {session}
+    assert main([*argv, "--session-id", session, "--type", "g"]) == 0
+    [resumed] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert resumed["session_id"] == session
+    # The resumed session still holds "and": its suggestions are the ones after it.
+    assert [c["word"] for c in resumed["completions"]] == [
+        c.word for c in expected(["and"], "g", 3)
+    ]
+    # Without --json: one human line a keystroke, what was typed and then the suggestions.
+    assert main([*argv[:-1], "--type", "a"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith("a|\t") and "{" not in line
+
+
 def test_the_interactive_mode_says_what_is_missing_without_prompt_toolkit(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -226,7 +250,7 @@ def test_the_interactive_mode_says_what_is_missing_without_prompt_toolkit(
 
     monkeypatch.setitem(sys.modules, "prompt_toolkit", None)  # as if not installed
     assert main(["complete", "--model", "table", "--target", "127.0.0.1:1"]) == 1
-    assert "pip install 'lmserve[demo]'" in capsys.readouterr().err
+    assert "pip install 'lmserve-client[demo]'" in capsys.readouterr().err
 
 
 def test_the_interactive_screen_follows_edits_and_tab_accepts_the_best(

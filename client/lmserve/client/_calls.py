@@ -12,7 +12,6 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any, Generic, Self, TypeVar
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from lmserve.client import _requests as req
 from lmserve.client import _wire
@@ -26,7 +25,6 @@ R = TypeVar("R")
 DEFAULT_TARGET = req.DEFAULT_TARGET
 DEFAULT_TIMEOUT = 30.0
 
-HEALTH_NAMES = {v: k for k, v in health_pb2.HealthCheckResponse.ServingStatus.items()}
 # The server publishes one health entry per model under this prefix: "<service>/<model>".
 SERVICE_NAME = "lmserve.v1.LanguageModelService"
 

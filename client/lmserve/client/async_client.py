@@ -12,13 +12,12 @@ from typing import Any, Self
 
 import grpc
 import grpc.aio
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lmserve.client import _health
 from lmserve.client import _requests as req
 from lmserve.client._calls import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
-    HEALTH_NAMES,
     AsyncRequests,
     RerankOptions,
     health_from_model,
@@ -76,7 +75,11 @@ class AsyncLmServeClient:
         self.timeout = timeout
         self._channel = plan.async_channel()
         self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._health_check = self._channel.unary_unary(
+            _health.CHECK_METHOD,
+            request_serializer=_health.encode_check,
+            response_deserializer=_health.decode_status,
+        )
         self._score, self._score_stream = score_calls(self._channel)
 
     async def close(self) -> None:
@@ -288,15 +291,13 @@ class AsyncLmServeClient:
     ) -> HealthStatus:
         service = health_service(model)
         try:
-            resp = await self._health.Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=self._t(timeout)
-            )
+            status = await self._health_check(service, timeout=self._t(timeout))
         except grpc.RpcError as exc:
             err = from_rpc_error(exc)
             if model and isinstance(err, ModelNotFoundError):
                 return health_from_model(await self.get_model(model, timeout=timeout))
             raise err from None
-        return HealthStatus(service, HEALTH_NAMES.get(resp.status, "UNKNOWN"))
+        return HealthStatus(service, _health.HEALTH_NAMES.get(status, "UNKNOWN"))
 
     @property
     def stub(self) -> lm_service_pb2_grpc.LanguageModelServiceStub:

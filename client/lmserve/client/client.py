@@ -13,13 +13,12 @@ from types import TracebackType
 from typing import Any, Self
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lmserve.client import _health
 from lmserve.client import _requests as req
 from lmserve.client._calls import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
-    HEALTH_NAMES,
     SERVICE_NAME,
     CapturingIterator,
     RerankOptions,
@@ -85,7 +84,11 @@ class LmServeClient:
         self.timeout = timeout
         self._channel = channel if channel is not None else plan.sync_channel()
         self._stub = lm_service_pb2_grpc.LanguageModelServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._health_check = self._channel.unary_unary(
+            _health.CHECK_METHOD,
+            request_serializer=_health.encode_check,
+            response_deserializer=_health.decode_status,
+        )
         self._score, self._score_stream = score_calls(self._channel)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -343,15 +346,13 @@ class LmServeClient:
         instead (ModelNotFoundError if the server has no such model)."""
         service = health_service(model)
         try:
-            resp = self._health.Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=self._t(timeout)
-            )
+            status = self._health_check(service, timeout=self._t(timeout))
         except grpc.RpcError as exc:
             err = from_rpc_error(exc)
             if model and isinstance(err, ModelNotFoundError):
                 return health_from_model(self.get_model(model, timeout=timeout))
             raise err from None
-        return HealthStatus(service, HEALTH_NAMES.get(resp.status, "UNKNOWN"))
+        return HealthStatus(service, _health.HEALTH_NAMES.get(status, "UNKNOWN"))
 
     @property
     def stub(self) -> lm_service_pb2_grpc.LanguageModelServiceStub:

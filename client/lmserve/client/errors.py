@@ -10,13 +10,22 @@
 Every other status (INTERNAL, UNIMPLEMENTED, CANCELLED...) raises the base class. `retry_after`
 is the server's google.rpc.RetryInfo delay in seconds (an overloaded queue), None when the
 server sent none (a request too large to ever fit, or any other error).
+
+RetryInfo is read from the call's `grpc-status-details-bin` trailer with the protobuf runtime
+alone (`_protowire` plus `google.protobuf`'s Any and Duration): grpcio-status and
+googleapis-common-protos are not needed by the client, so it installs with grpcio and protobuf.
 """
 
 from __future__ import annotations
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import DecodeError
+
+from lmserve.client._protowire import WireError, fields
+
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+RETRY_INFO_TYPE = "google.rpc.RetryInfo"
 
 
 class LmServeClientError(Exception):
@@ -72,17 +81,30 @@ def error_for_status(
 
 def retry_after_of(exc: grpc.RpcError) -> float | None:
     """The RetryInfo delay (seconds) in a failed call's `grpc-status-details-bin`, if any."""
+    trailers_fn = getattr(exc, "trailing_metadata", None)
+    trailers = trailers_fn() if callable(trailers_fn) else None
+    for key, value in trailers or ():
+        if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
+            return retry_delay(value)
+    return None
+
+
+def retry_delay(status: bytes) -> float | None:
+    """The RetryInfo delay in a serialized google.rpc.Status (details are field 3, each an Any;
+    RetryInfo's field 1 is a Duration). None when there is none or the bytes are malformed."""
     try:
-        status = rpc_status.from_call(exc)  # type: ignore[arg-type]
-    except (ValueError, TypeError, AttributeError):  # details that disagree with the status
+        for number, detail in fields(status):
+            if number != 3 or not isinstance(detail, bytes):
+                continue
+            packed = any_pb2.Any.FromString(detail)
+            if packed.type_url.rsplit("/", 1)[-1] != RETRY_INFO_TYPE:
+                continue
+            for field, delay in fields(packed.value):
+                if field == 1 and isinstance(delay, bytes):
+                    return duration_pb2.Duration.FromString(delay).ToTimedelta().total_seconds()
+            return 0.0
+    except (WireError, DecodeError):
         return None
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            info = error_details_pb2.RetryInfo()
-            detail.Unpack(info)
-            return info.retry_delay.ToTimedelta().total_seconds()
     return None
 
 

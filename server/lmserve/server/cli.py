@@ -1,20 +1,19 @@
-"""The `lmserve` command: one entry point whose subcommands live in their own modules.
+"""The server's subcommands of `lmserve` (serve, train, import, export).
 
-Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`,
-and imports anything heavy inside `run`, so `lmserve --help` and client commands stay fast.
-`args.argv` holds the arguments `main` parsed (`["train-rnn", ...]`), for commands that record
-their own command line.
+The `lmserve` command itself belongs to the client distribution (`lmserve.client.cli`); this
+distribution registers `COMMANDS` in the `lmserve.commands` entry-point group (pyproject.toml),
+so `lmserve` lists them when the server is installed. `main` here runs the same command with
+these tables passed in directly, for `python -m lmserve.server.cli` and for tests that run a
+checkout without installed metadata.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
 from collections.abc import Sequence
-from types import ModuleType
 
-# Subcommand name -> module implementing it, in the order `--help` lists them.
+# Subcommand name -> module implementing it, in the order `--help` lists them (before the
+# client's commands).
 COMMANDS: dict[str, str] = {
     "serve": "lmserve.server.commands.serve",
     "import-arpa": "lmserve.server.commands.import_arpa",
@@ -22,42 +21,14 @@ COMMANDS: dict[str, str] = {
     "train-rnn": "lmserve.export.rnn.command",
     "interpolate": "lmserve.export.interpolate_command",
     "export-rnn": "lmserve.export.rnn.export_command",
-    "models": "lmserve.client.commands.models",
-    "score": "lmserve.client.commands.score",
-    "ppl": "lmserve.client.commands.ppl",
-    "generate": "lmserve.client.commands.generate",
-    "complete": "lmserve.client.commands.complete",
-    "health": "lmserve.client.commands.health",
-    "rerank": "lmserve.client.commands.rerank",
-    "rerank-tune": "lmserve.client.commands.rerank_tune",
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
-    parser = argparse.ArgumentParser(
-        prog="lmserve",
-        description="Serve n-gram and recurrent language models over gRPC, train and import them, "
-        "and call a running server. All log-probabilities are natural logs.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    modules: dict[str, ModuleType] = {}
-    for name, module_name in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(command_parser)
-        modules[name] = module
-    return parser, modules
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs one command; `args.argv` is the command line it parsed (the program name left out),
-    so that commands recording how they were run record this call, not the process's."""
-    parser, modules = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args.argv = argv
-    result: int = modules[args.command].run(args)
-    return result
+    """`lmserve` with the server's commands and the client's, whatever the installed metadata."""
+    from lmserve.client.cli import main as lmserve_main
+
+    return lmserve_main(argv, extra=COMMANDS)
 
 
 if __name__ == "__main__":

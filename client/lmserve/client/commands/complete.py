@@ -1,10 +1,11 @@
 """`lmserve complete`: type and watch a model's next-word suggestions follow each keystroke.
 
-Interactive (needs prompt-toolkit, `pip install 'lmserve[demo]'`): the suggestions and their
+Interactive (needs prompt-toolkit, `pip install 'lmserve-client[demo]'`): the suggestions and their
 probabilities are shown under the input line as you type; Tab accepts the best one, Enter
 starts a new sentence, Ctrl-D or Ctrl-C quits. With `--type TEXT` it runs without a terminal:
 the text is typed one character at a time (a backspace character deletes one) and each
-keystroke's suggestions are printed as a JSON line, for scripts and tests.
+keystroke's suggestions are printed, one line a keystroke (`--json`: one JSON object a
+keystroke), for scripts and tests.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmserve.client.commands._common import (
     add_connection_arguments,
+    add_json_argument,
     fail,
     positive_int,
     with_client,
@@ -36,8 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--type",
         dest="typed",
         metavar="TEXT",
-        help="type TEXT key by key (\\b deletes) and print each keystroke's suggestions as JSON",
+        help="type TEXT key by key (\\b deletes) and print each keystroke's suggestions",
     )
+    parser.add_argument(
+        "--session-id", metavar="ID", help="continue this server session (default: a new one)"
+    )
+    add_json_argument(parser, "with --type, one object per keystroke")
     add_connection_arguments(parser)
 
 
@@ -60,18 +66,26 @@ def type_keys(session: CompletionSession, text: str) -> list[dict[str, Any]]:
             {
                 "key": key,
                 "typed": typed,
-                "context": list(session.context),
+                # The committed words as typed: the session's own tokens may be BPE pieces.
+                "context": typed[: len(typed) - len(session.partial)].split(),
                 "partial": session.partial,
                 "completions": _completions(found),
+                "session_id": session.session_id,
             }
         )
     return records
 
 
+def _human(record: dict[str, Any]) -> str:
+    """`typed|<TAB>word (prob)  word (prob)`: what was typed, then the suggestions."""
+    found = "  ".join(f"{c['word']} ({c['prob']:.3f})" for c in record["completions"])
+    return f"{record['typed']}|\t{found}"
+
+
 def _script(client: LmServeClient, args: argparse.Namespace) -> int:
-    with client.complete(args.model, k=args.k) as session:
+    with client.complete(args.model, k=args.k, session_id=args.session_id) as session:
         for record in type_keys(session, args.typed):
-            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.write((json.dumps(record) if args.json else _human(record)) + "\n")
             sys.stdout.flush()
     return 0
 
@@ -83,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             return fail(
                 "complete",
-                "the interactive demo needs prompt-toolkit: pip install 'lmserve[demo]' "
+                "the interactive demo needs prompt-toolkit: pip install 'lmserve-client[demo]' "
                 "(or run it with --type TEXT)",
             )
         from lmserve.client.commands.complete_app import interactive

@@ -75,7 +75,7 @@ class _Screen:
 
 
 def interactive(client: LmServeClient, args: argparse.Namespace) -> int:
-    with client.complete(args.model, k=args.k) as session:
+    with client.complete(args.model, k=args.k, session_id=args.session_id) as session:
         screen = _Screen(session, args.model)
         buffer = Buffer(multiline=False, on_text_changed=lambda b: screen.follow(b.text))
         keys = KeyBindings()

@@ -18,7 +18,9 @@ HELP = "List the models of a running server (or describe one)."
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", help="describe only this model")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON lines (one model per line), not a table"
+    )
     add_connection_arguments(parser)
 
 
@@ -64,11 +66,12 @@ def run(args: argparse.Namespace) -> int:
     def body(client: LmServeClient) -> int:
         if args.name:
             info = client.get_model(args.name)
-            print(json.dumps(_as_json(info), indent=2) if args.json else _describe(info))
+            print(json.dumps(_as_json(info)) if args.json else _describe(info))
             return 0
         models = client.list_models()
         if args.json:
-            print(json.dumps([_as_json(m) for m in models], indent=2))
+            for m in models:
+                print(json.dumps(_as_json(m)))
             return 0
         rows = [("NAME", "KIND", "SIZE", "VOCAB", "STATE")]
         rows += [(m.name, m.kind, _size(m), str(m.vocab_size), m.state) for m in models]

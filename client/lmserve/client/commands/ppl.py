@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from lmserve.client.commands._common import (
@@ -21,6 +22,7 @@ from lmserve.client.commands._common import (
 
 if TYPE_CHECKING:
     from lmserve.client import LmServeClient, PerplexityStats
+    from lmserve.client._requests import Inputs
 
 HELP = "Perplexity of a text file (one sentence per line) under a model of a running server."
 
@@ -30,7 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="the model's name")
     parser.add_argument("--no-bos", action="store_true", help="do not start lines from <s>")
     parser.add_argument("--no-eos", action="store_true", help="do not score </s> per line")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--pretokenized",
+        action="store_true",
+        help="each line is the model's tokens separated by spaces (no tokenizer is run)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     parser.add_argument(
         "--batch-size",
         type=positive_int,
@@ -39,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     # The deadline covers the whole stream, so it is longer than for one request.
     add_connection_arguments(parser, timeout=600.0)
+
+
+def pretokenized(batches: Iterator[list[str]], split: bool) -> Iterator[Inputs]:
+    """The batches as they are, or each line split into its tokens."""
+    for batch in batches:
+        yield [line.split() for line in batch] if split else batch
 
 
 def convention(bos: bool, eos: bool) -> str:
@@ -71,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             stats = client.corpus_perplexity(
                 args.model,
-                read_batches(stream, args.batch_size),
+                pretokenized(read_batches(stream, args.batch_size), args.pretokenized),
                 bos=bos,
                 eos=eos,
                 timeout=args.timeout,

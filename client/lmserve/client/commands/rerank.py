@@ -3,8 +3,9 @@
 Input: JSON lines (`{"id", "hypotheses": [{"text", "scores"}], "reference"?}`, `-` for stdin)
 or SRILM n-best files (`--format srilm`, one file per utterance, or `--file-list` files naming
 them; scores converted to nats, see `lmserve.client.nbest`). Output: the reranked lists as JSON
-lines (best first, with texts, the server's figures and the original scores) or the 1-best text
-per line, in input order. A progress counter goes to stderr when reading files on a terminal.
+lines with `--json` (best first, with texts, the server's figures and the original scores) or,
+by default, the 1-best text per line, in input order. A progress counter goes to stderr when
+reading files on a terminal.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--file-list", action="store_true", help="srilm: each FILE lists n-best files"
     )
-    parser.add_argument("--output", choices=("jsonl", "1best"), default="jsonl")
+    parser.add_argument(
+        "--output",
+        choices=("jsonl", "1best"),
+        help="jsonl: the reranked lists (as --json); 1best: the best text per line (default)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON lines: one reranked list per line"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_connection_arguments(parser, timeout=3600.0)
 
@@ -46,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from lmserve.client import nbest
     from lmserve.client.rerank_types import NBestInputError
 
-    write = nbest.write_jsonl if args.output == "jsonl" else nbest.write_1best
+    jsonl = args.json or args.output == "jsonl"
+    write = nbest.write_jsonl if jsonl else nbest.write_1best
     progress = Progress(
         "lmserve rerank", not args.quiet and "-" not in args.files and sys.stderr.isatty()
     )

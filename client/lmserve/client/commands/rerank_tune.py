@@ -2,9 +2,9 @@
 
 The lists (JSON lines with a `reference` each) are reranked once, with lm_weight 1 and no
 length bonus; since the LM log-probabilities, scores and lengths do not depend on the weights,
-every grid point is then recombined locally (`lmserve.client.reranking`). Prints one JSON line
-per grid point (`lm_weight`, `length_bonus`, `wer`) and a last one with the best pair. Needs
-`jiwer` (the `rerank` extra).
+every grid point is then recombined locally (`lmserve.client.reranking`). Prints a table of the
+grid points and the best pair; with `--json`, one JSON line per grid point (`lm_weight`,
+`length_bonus`, `wer`) and a last one with the best pair. Needs `jiwer` (the `rerank` extra).
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from lmserve.client.commands._common import add_connection_arguments, fail, with_client
+from lmserve.client.commands._common import (
+    add_connection_arguments,
+    add_json_argument,
+    fail,
+    with_client,
+)
 from lmserve.client.commands._nbest_args import add_input_arguments, batched, read_lists
 
 if TYPE_CHECKING:
@@ -53,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="B,B,...",
         help="length bonuses to try (default 0)",
     )
+    add_json_argument(parser, "one per grid point, then the best")
     add_connection_arguments(parser, timeout=3600.0)
 
 
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import jiwer
     except ImportError:
-        return fail("rerank-tune", "needs jiwer: pip install 'lmserve[rerank]'")
+        return fail("rerank-tune", "needs jiwer: pip install 'lmserve-client[rerank]'")
 
     def body(client: LmServeClient) -> int:
         lists = list(read_lists([args.file], "jsonl", False))
@@ -86,9 +92,19 @@ def run(args: argparse.Namespace) -> int:
             lambda refs, hyps: float(jiwer.wer(list(refs), list(hyps))),
             dict(args.weight),
         )
+        best = best_point(points)
+        if args.json:
+            for point in points:
+                print(json.dumps(asdict(point)))
+            print(json.dumps({"best": asdict(best), "lists": len(lists)}))
+            return 0
+        print("LM_WEIGHT\tLENGTH_BONUS\tWER")
         for point in points:
-            print(json.dumps(asdict(point)))
-        print(json.dumps({"best": asdict(best_point(points)), "lists": len(lists)}))
+            print(f"{point.lm_weight:g}\t{point.length_bonus:g}\t{point.wer:.4f}")
+        print(
+            f"best: --lm-weight {best.lm_weight:g} --length-bonus {best.length_bonus:g} "
+            f"(WER {best.wer:.4f} over {len(lists)} lists)"
+        )
         return 0
 
     try:

@@ -36,7 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", action="store_true", help="also print per-token scores")
     parser.add_argument("--no-bos", action="store_true", help="do not start from <s>")
     parser.add_argument("--no-eos", action="store_true", help="do not score </s>")
-    parser.add_argument("--json", action="store_true", help="print one JSON object per text")
+    parser.add_argument(
+        "--pretokenized",
+        action="store_true",
+        help="each text is the model's tokens separated by spaces (no tokenizer is run)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON lines: one per text")
     parser.add_argument(
         "--batch-size",
         type=positive_int,
@@ -85,9 +90,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             batches = read_batches(stream, args.batch_size) if stream else iter([args.texts])
             for batch in batches:
+                inputs = [t.split() for t in batch] if args.pretokenized else batch
                 results = client.score(
                     args.model,
-                    batch,
+                    inputs,
                     bos=not args.no_bos,
                     eos=not args.no_eos,
                     return_tokens=args.tokens,

@@ -149,10 +149,13 @@ def _finished(event: FinishEvent) -> pb.GenerationFinished:
     )
 
 
-def beam_hypothesis(h: Any, vocab: Any, detokenizer: Detokenizer) -> pb.BeamHypothesis:
-    """A `decoding.beam` hypothesis as a message; its text from the model's detokenizer."""
+def beam_hypothesis(
+    h: Any, token_texts: Sequence[str], detokenizer: Detokenizer
+) -> pb.BeamHypothesis:
+    """A `decoding.beam` hypothesis as a message; its text from the model's detokenizer, its
+    tokens as text (`ServedModel.token_texts`)."""
     ids = [int(i) for i in h.token_ids]
-    tokens = [vocab.words[i] for i in ids]
+    tokens = [token_texts[i] for i in ids]
     text = detokenize(detokenizer, ids)
     reason = h.finish_reason  # decoding.stopping.FinishReason: values are the proto numbers
     return pb.BeamHypothesis(

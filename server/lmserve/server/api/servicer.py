@@ -143,7 +143,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         self, request: pb.GenerateRequest, context: aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
         with use_model(self._models, request.model) as served:
-            words = served.vocab.words
+            words = served.token_texts  # alternatives' texts: never raw BPE pieces
             params = generation.generate_params(request, self._limits.generation, len(words))
             prompt = self._prompt(served, request.prompt, request.prompt_token_ids)
             deadline = _deadline(context)
@@ -167,9 +167,9 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
             params = generation.beam_params(request, self._limits.generation, len(vocab))
             prompt = self._prompt(served, request.prompt, request.prompt_token_ids)
             hypotheses = await served.beam_search(prompt, params, _deadline(context))
-        detokenizer = served.detokenizer()
+        detokenizer, texts = served.detokenizer(), served.token_texts
         return pb.BeamSearchResponse(
-            hypotheses=[generation.beam_hypothesis(h, vocab, detokenizer()) for h in hypotheses]
+            hypotheses=[generation.beam_hypothesis(h, texts, detokenizer()) for h in hypotheses]
         )
 
     async def Rerank(

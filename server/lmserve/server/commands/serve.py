@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lmserve.server.commands.settings_help import use_settings_help
+
 if TYPE_CHECKING:
     from lmserve.server.settings import Settings
 
@@ -65,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="json: one JSON object per line, with the RPC's request id (default: text)",
     )
+    # Every setting, with its environment variable and default, after the flags.
+    use_settings_help(parser)
 
 
 class _RefuseTokenFlag(argparse.Action):

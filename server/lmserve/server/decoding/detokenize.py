@@ -128,3 +128,42 @@ def detokenizer_factory(codec: object, vocab: Vocabulary) -> Callable[[], Detoke
 def detokenize(detokenizer: Detokenizer, ids: Sequence[int]) -> str:
     """The whole text of a finished sequence of ids."""
     return "".join(detokenizer.add(int(i)) for i in ids) + detokenizer.flush()
+
+
+def _decoding_codec(codec: object) -> Callable[[Sequence[int]], str] | None:
+    """The `decode` of a codec whose vocabulary entries are not text (BPE pieces with their
+    end-of-word marks); None for words and characters, whose entries already are."""
+    from lmserve.server.text.bpe import BpeCodec
+
+    return codec.decode if isinstance(codec, BpeCodec) else None
+
+
+def piece_texts(codec: object, vocab: Vocabulary, ids: Sequence[int]) -> list[str] | None:
+    """The text each token of a scored sequence adds (spacing included, `</s>` as itself), so
+    that clients never see raw pieces and the pieces join into the decoded text; None when the
+    vocabulary entries are already text (words, characters)."""
+    decode = _decoding_codec(codec)
+    if decode is None:
+        return None
+    detokenizer = DecodeDetokenizer(decode, vocab)
+    texts = [
+        vocab.words[i] if i in (vocab.bos_id, vocab.eos_id) else detokenizer.add(i)
+        for i in (int(t) for t in ids)
+    ]
+    held = detokenizer.flush()  # an incomplete character's bytes: the last real token's
+    if held:
+        last = max((k for k, i in enumerate(ids) if int(i) != vocab.eos_id), default=None)
+        if last is not None:
+            texts[last] += held
+    return texts
+
+
+def token_texts(codec: object, vocab: Vocabulary) -> list[str]:
+    """Each vocabulary entry as text on its own (a BPE piece decoded, its end-of-word mark
+    gone; specials as themselves): what alternatives and hypothesis tokens show."""
+    decode = _decoding_codec(codec)
+    words = list(vocab.words)
+    if decode is None:
+        return words
+    specials = {vocab.bos_id, vocab.eos_id, vocab.unk_id}
+    return [w if i in specials else decode([i]) for i, w in enumerate(words)]

@@ -28,6 +28,7 @@ from lmserve.server.backends.base import (
     LanguageModelBackend,
 )
 from lmserve.server.backends.segments import segment_sums
+from lmserve.server.decoding.detokenize import piece_texts
 from lmserve.server.decoding.perplexity import PerplexityAccumulator, PerplexityStats, perplexity
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.text.codec import TextCodec, WordCodec
@@ -47,8 +48,9 @@ class ScoreOptions:
 class TokenDetails:
     """One text's scored tokens as parallel arrays (`</s>` last when eos is on).
 
-    `tokens` are the model's tokens: the words for a word model, else the vocabulary's pieces
-    (a character, or a BPE subword with its `</w>` end-of-word mark), `<unk>` for an unknown one.
+    `tokens` are the model's tokens as text: the words for a word model, the characters for a
+    character model, and for a BPE model the text each subword adds (spacing included, so they
+    join into the decoded text; never the raw piece with its `</w>` mark); `</s>` as itself.
     """
 
     tokens: list[str]
@@ -331,7 +333,9 @@ class Scorer:
             if word_lists is not None:
                 words = list(word_lists[i])
             else:
-                words = [pieces[j] for j in ids.tolist()]
+                # BPE: the text each piece adds, never the raw piece with its `</w>`.
+                texts = piece_texts(self.codec, self.codec.vocab, ids.tolist())
+                words = texts if texts is not None else [pieces[j] for j in ids.tolist()]
             if eos:
                 ids = np.append(ids, np.int32(vocab.eos_id))
                 words.append(eos_word)

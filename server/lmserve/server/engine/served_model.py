@@ -15,6 +15,7 @@ except n-gram scoring small enough to cost less than a thread hop (`ScoringQueue
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ import numpy.typing as npt
 
 from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
 from lmserve.server.backends.stepping import Stepper, make_stepper
-from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory
+from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory, token_texts
 from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.decoding.scoring import PreparedScoring, ScoredTexts, ScoreOptions, Scorer
 from lmserve.server.engine.beam_runner import BeamRunner
@@ -215,6 +216,12 @@ class ServedModel:
         )
 
     # -- generation ----------------------------------------------------------------------------
+
+    @functools.cached_property
+    def token_texts(self) -> list[str]:
+        """Each token as text on its own (BPE pieces decoded, no `</w>`), for the alternatives
+        of Generate and the tokens of BeamSearch hypotheses."""
+        return token_texts(self.codec, self.vocab)
 
     def detokenizer(self) -> Callable[[], Detokenizer]:
         """Fresh detokenizers for the model's codec (words spaced, pieces merged)."""
