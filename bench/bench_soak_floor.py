@@ -46,7 +46,7 @@ def _probe(target: str, seconds: float) -> list[float]:
         for i in range(0, 400, 4)
     ]
     with grpc.insecure_channel(target) as channel:
-        call = channel.unary_unary(f"/{SERVICE}/{SCORE_METHOD}")
+        call = channel.unary_unary(f"/{SERVICE}/{SCORE_METHOD}", None, None)  # bytes as they are
         call(requests[0], timeout=30)
         times: list[float] = []
         stop_at = time.monotonic() + seconds
