@@ -186,8 +186,16 @@ def test_served_scores_equal_brute_force_and_kenlm(stub: Stub, repository: Path,
         from_kenlm = [s[0] * LN10 for s in model.full_scores(" ".join(escaped))]
         np.testing.assert_allclose(served, from_kenlm, atol=1e-5, rtol=0)
         assert result.log_prob == pytest.approx(model.score(" ".join(escaped)) * LN10, abs=1e-4)
-        # The details name the tokens themselves (a space, not `\s`), plus `</s>`.
-        assert list(result.details.tokens) == [*tokens, "</s>"]
+        served_tokens = list(result.details.tokens)
+        assert served_tokens[-1] == "</s>" and len(served_tokens) == len(tokens) + 1
+        if isinstance(codec, BpeCodec):
+            # The text each piece adds (never the raw `x</w>`): they join into the decoded text.
+            assert not any("</w>" in t for t in served_tokens)
+            ids = codec.encode_texts([text]).ids
+            assert "".join(served_tokens[:-1]) == codec.decode(ids)
+        else:
+            # The characters themselves (a space, not `\s`).
+            assert served_tokens[:-1] == tokens
         assert result.token_count == len(tokens) + 1
         assert result.oov_count == tokens.count("<unk>")
     # The unseen "?" is an OOV character (an unknown BPE piece) in both tokenizers.
