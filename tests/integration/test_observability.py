@@ -162,9 +162,19 @@ def test_a_bad_or_missing_request_id_is_replaced_by_a_generated_one(
 
 
 def _hold_the_only_slot(client: LmServeClient) -> Iterator[object]:
-    holder = client.generate("bigram", max_new_tokens=1_000_000, ignore_eos=True)
-    next(holder)
-    return holder
+    """A Generate holding the model's one slot; waits (5 s at most) while a stream cancelled by
+    an earlier test still holds it (the scheduler frees a cancelled stream's slot at its next
+    step, which can be late on a loaded machine)."""
+    deadline = time.monotonic() + 5
+    while True:
+        holder = client.generate("bigram", max_new_tokens=1_000_000, ignore_eos=True)
+        try:
+            next(holder)
+            return holder
+        except ResourceExhaustedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def test_a_full_generate_queue_answers_fast_with_retry_info(
