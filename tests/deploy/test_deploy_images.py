@@ -242,9 +242,14 @@ def test_compose_pieces_fit_together() -> None:
             source = volume.split(":")[0]
             if source.startswith("."):
                 assert (DEPLOY / source).exists(), f"{name}: {source}"
-    for key in services["lmserve"]["environment"]:
+    environment = services["lmserve"]["environment"]
+    for key in environment:
         name = key.removeprefix("LMSERVE_").lower()
         assert name in Settings.model_fields or name in PENDING_SETTINGS, key
+    assert environment["LMSERVE_LOG_FORMAT"] == "json"
+    # The healthcheck asks the plaintext health port the service sets (it works with TLS on).
+    check = " ".join(services["lmserve"]["healthcheck"]["test"])
+    assert f"localhost:{environment['LMSERVE_HEALTH_PORT']}'" in check
 
     mounts = {
         v.split(":")[1]: v.split(":")[0] for v in services["prometheus"]["volumes"] if ":" in v

@@ -22,7 +22,7 @@ from deploy_files import (
     one,
 )
 
-from lmserve.server.settings import Settings
+from lmserve.server.settings import Settings, load_settings
 
 CRD_SCHEMAS = {
     "ServiceMonitor": SCHEMAS / "servicemonitor_v1.json",
@@ -103,8 +103,11 @@ def test_deployment_runs_three_non_root_replicas_with_grpc_probes() -> None:
     pod = deployment["spec"]["template"]["spec"]
     c = container()
     assert deployment["spec"]["replicas"] == 3
+    health_port = int(env()["LMSERVE_HEALTH_PORT"])
+    assert health_port not in (0, 50051, 9090)  # its own port, on
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"]["port"] == 50051, probe
+        # The plaintext health port: the kubelet's gRPC probes cannot speak TLS.
+        assert c[probe]["grpc"]["port"] == health_port, probe
     assert c["readinessProbe"]["grpc"]["service"] == "lmserve.v1.LanguageModelService"
     assert c["resources"]["requests"] and c["resources"]["limits"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -115,6 +118,11 @@ def test_deployment_runs_three_non_root_replicas_with_grpc_probes() -> None:
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"]["drop"] == ["ALL"]
+
+
+def test_logs_are_json_lines() -> None:
+    assert env()["LMSERVE_LOG_FORMAT"] == "json"
+    load_settings({"log_format": env()["LMSERVE_LOG_FORMAT"]})  # a value the setting takes
 
 
 def test_shutdown_fits_in_the_termination_grace_period() -> None:
@@ -150,7 +158,7 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 def test_services_select_the_pods_and_name_their_ports() -> None:
     ports = {p["name"]: p["containerPort"] for p in container()["ports"]}
-    assert ports == {"grpc": 50051, "metrics": 9090}
+    assert ports == {"grpc": 50051, "metrics": 9090, "health": int(env()["LMSERVE_HEALTH_PORT"])}
     headless = one("Service", "lmserve-headless")["spec"]
     assert headless["clusterIP"] == "None"
     assert [p["targetPort"] for p in headless["ports"]] == ["grpc"]

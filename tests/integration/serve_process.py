@@ -21,6 +21,7 @@ from typing import Self
 
 SERVING = re.compile(r"serving \S+ on 127\.0\.0\.1:(\d+)")
 METRICS = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
+HEALTH = re.compile(r"health on 127\.0\.0\.1:(\d+)")
 
 
 def serve_command(repository: Path, *flags: str) -> list[str]:
@@ -30,6 +31,8 @@ def serve_command(repository: Path, *flags: str) -> list[str]:
         command += ["--port", "0"]
     if "--metrics-port" not in flags:
         command += ["--metrics-port", "0"]
+    if "--health-port" in flags:
+        command += ["--health-host", "127.0.0.1"]
     return command + list(flags)
 
 
@@ -39,7 +42,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 class ServeProcess:
-    """A started `lmserve serve`; `port` and `metrics_port` once it reported them."""
+    """A started `lmserve serve`; `port`, `metrics_port` (and `health_port` with
+    `--health-port`) once it reported them."""
 
     def __init__(
         self, repository: Path, *flags: str, env: dict[str, str] | None = None, wait: float = 60
@@ -54,6 +58,7 @@ class ServeProcess:
         self._ready = threading.Event()
         self.port = 0
         self.metrics_port = 0
+        self.health_port = 0
         threading.Thread(target=self._drain, daemon=True).start()
         if not self._ready.wait(wait) or not self.port:
             self.kill()
@@ -65,6 +70,8 @@ class ServeProcess:
             self.lines.append(line)
             if match := METRICS.search(line):
                 self.metrics_port = int(match.group(1))
+            if match := HEALTH.search(line):
+                self.health_port = int(match.group(1))
             if match := SERVING.search(line):
                 self.port = int(match.group(1))
                 self._ready.set()

@@ -203,7 +203,10 @@ def test_a_full_generate_queue_answers_fast_with_retry_info(
                     if detail.Is(kind.DESCRIPTOR):
                         found[kind.__name__] = kind()
                         detail.Unpack(found[kind.__name__])
-            assert found["RetryInfo"].retry_delay.ToTimedelta().total_seconds() == 1.0
+            # Estimated from the queue: the slot holder has about 10^6 tokens left, far more
+            # than the 1 s an unmeasured queue would say (and clipped to 30 s).
+            delay = found["RetryInfo"].retry_delay.ToTimedelta().total_seconds()
+            assert 1.0 < delay <= 30.0
             assert found["ErrorInfo"].reason == "QUEUE_FULL"
             assert found["ErrorInfo"].metadata["limit"] == "max_queued_requests"
             assert found["ErrorInfo"].metadata["model"] == "bigram"
@@ -212,7 +215,8 @@ def test_a_full_generate_queue_answers_fast_with_retry_info(
 
             with pytest.raises(ResourceExhaustedError) as refused:
                 list(client.generate("bigram", max_new_tokens=5))
-            assert refused.value.retry_after == 1.0
+            assert refused.value.retry_after is not None
+            assert 1.0 < refused.value.retry_after <= 30.0
 
             async def refused_async() -> ResourceExhaustedError:
                 async with AsyncLmServeClient(server.address, token=TOKEN, timeout=10) as aclient:
@@ -223,7 +227,8 @@ def test_a_full_generate_queue_answers_fast_with_retry_info(
                         return exc
                 raise AssertionError("the async Generate was not refused")
 
-            assert asyncio.run(refused_async()).retry_after == 1.0
+            retry_async = asyncio.run(refused_async()).retry_after
+            assert retry_async is not None and 1.0 < retry_async <= 30.0
         finally:
             holder.close()  # type: ignore[attr-defined]
 

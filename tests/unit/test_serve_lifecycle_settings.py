@@ -76,3 +76,17 @@ def test_the_token_from_env_or_file_never_shows_in_a_repr(
         configured_token(load_settings({"auth_token_file": tmp_path / "empty"}))
     with pytest.raises(OSError, match="cannot read the auth token file"):
         configured_token(load_settings({"auth_token_file": tmp_path / "missing"}))
+
+
+def test_the_health_port_is_off_by_default_and_set_by_env_or_flags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = load_settings()
+    assert (s.health_host, s.health_port) == ("0.0.0.0", 0)
+    monkeypatch.setenv("LMSERVE_HEALTH_PORT", "8081")
+    assert load_settings().health_port == 8081
+    s = settings_from_args(_parse("--health-port", "9000", "--health-host", "127.0.0.1"))
+    assert (s.health_host, s.health_port) == ("127.0.0.1", 9000)
+    monkeypatch.setenv("LMSERVE_HEALTH_PORT", "70000")
+    with pytest.raises(ValueError):
+        load_settings()

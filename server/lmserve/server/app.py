@@ -1,4 +1,5 @@
-"""Assembles and runs the server: repository, gRPC (aio) with health and reflection, metrics.
+"""Assembles and runs the server: repository, gRPC (aio) with health and reflection, metrics,
+and (with `health_port`) a plaintext health-only port for probes (`api.health_port`).
 
 In-process use (tests, benchmarks):
 
@@ -32,6 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from lmserve.server.api.auth import configured_token, server_credentials
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
+from lmserve.server.api.health_port import start_health_server
 from lmserve.server.api.observe import server_interceptors
 from lmserve.server.api.reflection import enable_reflection
 from lmserve.server.api.reloading import Reloader
@@ -64,6 +66,8 @@ class RunningServer:
     models: ServedModels
     reloader: Reloader
     metrics_port: int | None = None
+    health_port: int | None = None
+    _health_server: aio.Server | None = field(default=None, repr=False)
     _poller: asyncio.Task[None] | None = field(default=None, repr=False)
     _metrics_httpd: Any = None
     _stopped: bool = field(default=False, repr=False)
@@ -83,6 +87,8 @@ class RunningServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._hurry.wait(), notice)
         await self.server.stop(0 if self._hurry.is_set() else grace)
+        if self._health_server is not None:  # answered NOT_SERVING until the main port closed
+            await self._health_server.stop(0)
         # Model threads stop after the pass or step in flight; that is waited for (bounded), so
         # no native model code runs on while the interpreter shuts down (it aborted, SIGABRT).
         self.models.close()
@@ -132,6 +138,8 @@ async def start_server(
     check_bindable(settings.host, settings.port)  # before minutes of model loading
     if settings.metrics_enabled:
         check_bindable(settings.metrics_host, settings.metrics_port)
+    if settings.health_port:
+        check_bindable(settings.health_host, settings.health_port)
     credentials = server_credentials(settings)
     token = configured_token(settings)
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
@@ -202,6 +210,18 @@ async def start_server(
             raise OSError(f"cannot bind {address} (metrics): {exc.strerror or exc}") from None
         running._metrics_httpd = httpd
         log.info("metrics on http://%s:%d/metrics", settings.metrics_host, running.metrics_port)
+    if settings.health_port:
+        address = f"{settings.health_host}:{settings.health_port}"
+        try:
+            running._health_server, running.health_port = await start_health_server(health, address)
+        except OSError:  # taken since check_bindable looked
+            await running.stop(None)
+            raise
+        log.info(
+            "health on %s:%d (plaintext, grpc.health.v1 only)",
+            settings.health_host,
+            running.health_port,
+        )
     if settings.reload_poll_seconds:
         running._poller = asyncio.create_task(running.reloader.poll(settings.reload_poll_seconds))
     ready = sum(e.state is ModelState.READY for e in repository.entries())
@@ -327,6 +347,10 @@ class BackgroundServer:
     @property
     def metrics_port(self) -> int | None:
         return self.running.metrics_port
+
+    @property
+    def health_port(self) -> int | None:
+        return self.running.health_port
 
     @property
     def address(self) -> str:

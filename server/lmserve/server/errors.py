@@ -29,8 +29,9 @@ from __future__ import annotations
 ECHO_LIMIT = 100
 # A message as a whole (a field name plus a problem that quotes a value or two).
 MESSAGE_LIMIT = 1000
-# Seconds an overloaded server asks callers to wait before retrying (RetryInfo): long enough for
-# a queue to drain a little, short enough that an idle server is not left waiting.
+# Seconds an overloaded server asks callers to wait before retrying (RetryInfo) when it has no
+# better estimate: the queues estimate it from their state (`engine.retry_estimate`) and use this
+# only before anything was measured, and for refusals while shutting down.
 DEFAULT_RETRY_AFTER = 1.0
 
 

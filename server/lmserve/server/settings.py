@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     metrics_enabled: bool = True
     metrics_host: str = "0.0.0.0"
     metrics_port: int = Field(default=9090, ge=0, le=65535)
+    # A second, plaintext port serving only grpc.health.v1 (no auth: it shows serving status
+    # only), for probes that cannot speak TLS (Kubernetes' gRPC probes). 0: off.
+    health_host: str = "0.0.0.0"
+    health_port: int = Field(default=0, ge=0, le=65535)
     max_texts_per_request: int = Field(default=10_000, ge=1)
     max_tokens_per_text: int = Field(default=100_000, ge=1)
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)

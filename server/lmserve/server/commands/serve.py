@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="gRPC port; 0 picks a free one (default: 50051)")
     parser.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (default: 9090)")
     parser.add_argument("--metrics-host", help="/metrics address to bind (default: 0.0.0.0)")
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        help="plaintext grpc.health.v1-only port for probes when TLS is on (default: 0, off)",
+    )
+    parser.add_argument("--health-host", help="health port address to bind (default: 0.0.0.0)")
     parser.add_argument("--max-texts-per-request", type=int)
     parser.add_argument("--max-tokens-per-text", type=int)
     parser.add_argument("--max-concurrent-rpcs", type=int)
@@ -87,6 +93,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "port",
         "metrics_port",
         "metrics_host",
+        "health_port",
+        "health_host",
         "max_texts_per_request",
         "max_tokens_per_text",
         "max_concurrent_rpcs",

@@ -1,6 +1,6 @@
 """Which Generate requests enter the scheduler, which wait, and which are refused.
 
-    admission = Admission(limits)
+    admission = Admission(model, limits, retry_after)   # retry_after(waiting): RetryInfo seconds
     admission.offer(stream, occupied)      # event loop; Overloaded when it would wait too long
     taken = admission.take(occupied)       # scheduler thread: the streams that fit now
 
@@ -13,18 +13,27 @@ means "no waiting room" rather than "no requests". The caller holds its lock aro
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from lmserve.server.engine.generation_limits import GenerationLimits
 from lmserve.server.engine.sequence import GenerationStream
-from lmserve.server.errors import Overloaded
+from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
 
 
 class Admission:
     """The waiting queue of one model's scheduler. Not thread-safe: callers lock."""
 
-    def __init__(self, model: str, limits: GenerationLimits) -> None:
+    def __init__(
+        self,
+        model: str,
+        limits: GenerationLimits,
+        retry_after: Callable[[int], float] | None = None,
+    ) -> None:
         self.model = model
         self.limits = limits
+        # Seconds until this many waiting streams could get slots (the scheduler knows; see
+        # `retry_estimate.slot_delay`), sent to refused callers as RetryInfo.
+        self._retry_after = retry_after or (lambda waiting: DEFAULT_RETRY_AFTER)
         self.waiting: deque[GenerationStream] = deque()
 
     def offer(self, stream: GenerationStream, occupied: int) -> None:
@@ -40,6 +49,7 @@ class Admission:
                 "retry later",
                 limit="max_queued_requests",
                 model=self.model,
+                retry_after=self._retry_after(queued),
             )
 
     def take(self, occupied: int) -> list[GenerationStream]:

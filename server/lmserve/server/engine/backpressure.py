@@ -46,6 +46,11 @@ class Parking:
     def streams(self) -> list[GenerationStream]:
         return list(self._rows)
 
+    @property
+    def sequences(self) -> list[ActiveSequence]:
+        """The parked samples (they keep their slots). Call with the scheduler's lock."""
+        return [seq for rows in self._rows.values() for seq in rows.sequences]
+
     def park(self, batch: RunningBatch) -> None:
         """Moves the rows of every stream with too many unread events out of `batch`."""
         limit = self.max_unread
@@ -89,7 +94,7 @@ class Parking:
 
     def clear(self) -> list[ActiveSequence]:
         """Removes every parked sequence (shutdown, failure) and returns them."""
-        gone = [seq for rows in self._rows.values() for seq in rows.sequences]
+        gone = self.sequences
         self._rows.clear()
         self.samples = 0
         self._count()

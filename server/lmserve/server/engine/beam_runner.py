@@ -10,7 +10,9 @@ busy for 30 s, and shutdown waited behind them in the default executor. Here eac
 a stop flag before every step (`beam_search(should_stop=...)`): cancelling the awaiting
 coroutine, passing the deadline, or closing the runner ends it after the step in progress.
 At most `max_running_searches` run at once; up to `max_queued_searches` more wait in arrival
-order; beyond that `run` raises Overloaded. The threads are daemons, started on first use.
+order; beyond that `run` raises Overloaded, with a retry delay of the time the searches ahead
+need at the recently measured search time (`retry_estimate`). The threads are daemons, started
+on first use.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from lmserve.server.decoding.beam import Hypothesis, beam_search
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.engine.generation_limits import GenerationLimits
 from lmserve.server.engine.handoff import settle
+from lmserve.server.engine.retry_estimate import Throughput, drain_delay
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded
 
 BeamHypothesis = Hypothesis
@@ -73,6 +76,8 @@ class BeamRunner:
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        # Searches finished per busy second of one thread.
+        self.throughput = Throughput()
 
     @property
     def running(self) -> int:
@@ -99,6 +104,7 @@ class BeamRunner:
                     f"{self.model!r} (max_queued_searches); retry later",
                     limit="max_queued_searches",
                     model=self.model,
+                    retry_after=self.retry_after(),
                 )
             self._waiting.append(job)
             self._start_threads()
@@ -112,6 +118,13 @@ class BeamRunner:
             if job.future.cancelled():
                 with self._cond, contextlib.suppress(ValueError):
                     self._waiting.remove(job)
+
+    def retry_after(self) -> float:
+        """Seconds until the searches waiting now and one more could start: they finish at
+        `max_running_searches` times one thread's recent rate."""
+        rate = self.throughput.rate
+        finishing = None if rate is None else rate * self.limits.max_running_searches
+        return drain_delay(len(self._waiting) + 1, finishing)
 
     def close(self) -> None:
         """Stops every search after its current step and fails those waiting; returns at once
@@ -162,10 +175,12 @@ class BeamRunner:
             job = self._take()
             if job is None:
                 return
+            started = time.perf_counter()
             try:
                 result: list[Hypothesis] | BaseException = beam_search(
                     self.stepper, job.prompt_ids, job.params, should_stop=job.should_stop
                 )
+                self.throughput.record(1, time.perf_counter() - started)
             except Cancelled as exc:
                 # Nobody awaits a cancelled search; a closing runner tells its caller why.
                 result = Overloaded("the server is shutting down") if self._closed else exc

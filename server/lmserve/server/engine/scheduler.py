@@ -47,6 +47,7 @@ from lmserve.server.engine.batch import (
 from lmserve.server.engine.delivery import Items, Poster
 from lmserve.server.engine.generation_limits import GenerationLimits
 from lmserve.server.engine.prefill import Prefill
+from lmserve.server.engine.retry_estimate import slot_delay
 from lmserve.server.engine.sequence import Event, GenerationRequest, GenerationStream
 from lmserve.server.errors import Overloaded
 from lmserve.server.metrics import Metrics
@@ -85,7 +86,7 @@ class GenerationScheduler:
         make_detokenizer = detokenizer or (lambda: WordDetokenizer(vocab))
         self._batch = RunningBatch(model, stepper, vocab, make_detokenizer, metrics)
         self._prefill = Prefill(stepper, vocab.bos_id, limits.prefill_chunk_tokens)
-        self._admission = Admission(model, limits)
+        self._admission = Admission(model, limits, self._retry_after)
         gauge = metrics.parked_sequences.labels(model=model) if metrics else None
         self._parking = Parking(limits.max_unread_events, self._wake, gauge)
         self._cond = threading.Condition()
@@ -136,6 +137,14 @@ class GenerationScheduler:
             self._set_pending(len(self._admission.waiting))
             self._cond.notify()
         return stream
+
+    def _retry_after(self, waiting: int) -> float:
+        """Seconds until `waiting` slots free at the recent step time (a refused Generate's
+        RetryInfo). Parked samples count: they hold slots too. Runs on the event loop with
+        `_cond` held (`submit`) while the scheduler thread steps: reads a copy of the batch."""
+        running = list(self._batch.sequences) + self._parking.sequences
+        remaining = [seq.request.params.stopping.max_new_tokens - seq.generated for seq in running]
+        return slot_delay(remaining, waiting, self._batch.step_seconds)
 
     def _wake(self) -> None:
         """A parked stream drained (called on the event loop): look at it now."""

@@ -76,6 +76,8 @@ class StepJob:
     enqueued: float = field(default_factory=time.perf_counter)
     cancelled: bool = False
     skipped: int = 0
+    # Busy time of its steps so far (its throughput is measured when it ends).
+    seconds: float = 0.0
 
     @property
     def remaining(self) -> int:

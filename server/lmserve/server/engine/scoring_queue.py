@@ -39,6 +39,7 @@ import numpy as np
 
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend
 from lmserve.server.decoding.scoring import PreparedScoring
+from lmserve.server.engine.retry_estimate import Throughput, drain_delay
 from lmserve.server.engine.scoring_jobs import Job, StepJob, resolve
 from lmserve.server.engine.scoring_units import concat, cut_units, gather
 from lmserve.server.errors import DeadlineExceeded, ModelUnavailable, Overloaded
@@ -88,6 +89,8 @@ class ScoringQueue:
         self._cond = threading.Condition()
         self._closed = False
         self.passes = 0  # forward passes run (tests, metrics)
+        # Positions scored per busy second: a refused caller is told how long the queue needs.
+        self.throughput = Throughput()
         self._thread = threading.Thread(
             target=self._run, name=f"lmserve-score-{model}", daemon=True
         )
@@ -132,6 +135,7 @@ class ScoringQueue:
                     f"{self.limits.max_queued_tokens}); retry later",
                     limit="scoring_max_queued_tokens",
                     model=self.model,
+                    retry_after=self.retry_after(),
                 )
             self._jobs.append(job)
             self._queued_tokens += tokens
@@ -162,6 +166,10 @@ class ScoringQueue:
     @property
     def queued_tokens(self) -> int:
         return self._queued_tokens
+
+    def retry_after(self) -> float:
+        """Seconds the work waiting now needs at the recent throughput (`retry_estimate`)."""
+        return drain_delay(self._queued_tokens, self.throughput.rate)
 
     def close(self) -> None:
         """Stops the worker after the pass in flight; waiting requests fail. Never blocks."""
@@ -257,6 +265,7 @@ class ScoringQueue:
         try:
             next(job.steps)
         except StopIteration:
+            self.throughput.record(job.tokens, job.seconds + time.perf_counter() - started)
             with self._cond:
                 self._drop(job)
             resolve(job, None)
@@ -268,6 +277,7 @@ class ScoringQueue:
             resolve(job, exc)
             return
         self.passes += 1
+        job.seconds += time.perf_counter() - started
         if self._metrics is not None and job.enqueued:
             self._metrics.queue_duration.labels(model=self.model).observe(started - job.enqueued)
             job.enqueued = 0.0
@@ -298,6 +308,7 @@ class ScoringQueue:
                 self._drop(jobs[0])
             return
         self.passes += 1
+        self.throughput.record(_positions(picked), time.perf_counter() - started)
         self._record(jobs, started, merged.batch_size)
         row = 0
         for job, unit in picked:
@@ -352,3 +363,13 @@ class ScoringQueue:
             if job.enqueued:
                 queue.observe(started - job.enqueued)
                 job.enqueued = 0.0  # the wait before its first unit only
+
+
+def _positions(picked: list[tuple[Job, np.ndarray]]) -> int:
+    """Positions a pass scored, counted as `queued_tokens` counts them (`</s>` included)."""
+    total = 0
+    for job, unit in picked:
+        total += int(job.prepared.lengths[unit].sum())
+        if job.prepared.options.eos:
+            total += len(unit)
+    return total
