@@ -23,6 +23,8 @@ from lmserve.server.registry.repository import ModelRepository
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 KENLM_5GRAM_TEST_PERPLEXITY = 57.3512
 LSTM, MIXTURE, NGRAM = "kjv-lstm", "kjv-lstm-5gram", "kjv-5gram"
+# The small family beside the LSTM: feed-forward (Bengio) and GRU models, committed.
+FAMILY = {"kjv-ffnn": "ffnn", "kjv-gru": "gru"}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> ModelRepository:
     """The committed neural and interpolated folders beside a 5-gram trained as `make models`
     trains it (the 5-gram is built, not committed)."""
     root = tmp_path_factory.mktemp("default-models")
-    for name in (LSTM, MIXTURE):
+    for name in (LSTM, MIXTURE, *FAMILY):
         (root / name).symlink_to(REPO_MODELS / name, target_is_directory=True)
     status = main(
         [
@@ -41,7 +43,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> ModelRepository:
     )  # fmt: skip
     assert status == 0
     repo = ModelRepository.load(root)
-    for name in (LSTM, MIXTURE, NGRAM):
+    for name in (LSTM, MIXTURE, NGRAM, *FAMILY):
         assert not repo.get(name).load_error, repo.get(name).load_error
     return repo
 
@@ -68,3 +70,16 @@ def test_default_model_beats_kenlm_5gram(
     assert perplexity < KENLM_5GRAM_TEST_PERPLEXITY * (1 - improvement)
     recorded = read_manifest(REPO_MODELS / name).provenance.metrics["test_perplexity"]
     assert perplexity == pytest.approx(recorded, rel=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "kind"), sorted(FAMILY.items()))
+def test_the_small_family_serves_what_its_manifest_records(
+    repository: ModelRepository, name: str, kind: str
+) -> None:
+    manifest = read_manifest(REPO_MODELS / name)
+    assert manifest.kind == kind
+    # The LSTM's tokenization, so that the perplexities compare.
+    assert manifest.tokenizer == read_manifest(REPO_MODELS / LSTM).tokenizer
+    perplexity = _test_perplexity(repository, name)
+    assert perplexity == pytest.approx(manifest.provenance.metrics["test_perplexity"], rel=1e-4)

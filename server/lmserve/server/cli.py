@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "import-arpa": "lmserve.server.commands.import_arpa",
     "train-ngram": "lmserve.export.ngram.command",
     "train-rnn": "lmserve.export.rnn.command",
+    # The same command under a name that covers the feed-forward model too.
+    "train-neural": "lmserve.export.rnn.command",
     "interpolate": "lmserve.export.interpolate_command",
     "export-rnn": "lmserve.export.rnn.export_command",
 }

@@ -34,6 +34,8 @@ class ModelKind(StrEnum):
     RNN = "rnn"
     LSTM = "lstm"
     GRU = "gru"
+    # Feed-forward (Bengio) neural LM over a fixed window of previous tokens.
+    FFNN = "ffnn"
     INTERPOLATED = "interpolated"
 
 

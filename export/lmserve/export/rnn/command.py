@@ -1,4 +1,6 @@
-"""`lmserve train-rnn`: train a recurrent LM on a text corpus and checkpoint the best model.
+"""`lmserve train-rnn` (alias `train-neural`): train a neural LM on a text corpus and checkpoint
+the best model: a recurrent one (`--cell rnn|lstm|gru`) or a feed-forward (Bengio) one over a
+fixed window of `--order - 1` previous tokens (`--cell ffnn`).
 
 The output folder holds `checkpoint-best.pt` (model, vocabulary, tokenizer, configs, history) and
 `checkpoint-last.pt` (for `--resume`); `lmserve export-rnn` turns a checkpoint into a model folder,
@@ -27,7 +29,11 @@ if TYPE_CHECKING:
     from lmserve.server.text.bpe import BpeCodec
     from lmserve.server.text.char import CharCodec
 
-HELP = "Train an RNN/LSTM/GRU language model on a text corpus (one sentence per line)."
+HELP = (
+    "Train an RNN/LSTM/GRU or feed-forward (ffnn) language model on a text corpus "
+    "(one sentence per line)."
+)
+DEFAULT_FFNN_ORDER = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heldout", type=Path, required=True, help="validation text")
     parser.add_argument("--test", type=Path, help="test text, evaluated with the best model")
     arch = parser.add_argument_group("architecture")
-    arch.add_argument("--cell", choices=["rnn", "lstm", "gru"], default="lstm")
+    arch.add_argument("--cell", choices=["rnn", "lstm", "gru", "ffnn"], default="lstm")
+    arch.add_argument(
+        "--order",
+        type=int,
+        help=f"ffnn only: n-gram order, the window is order - 1 tokens "
+        f"(default {DEFAULT_FFNN_ORDER})",
+    )
     arch.add_argument("--embedding-size", type=int, default=512)
     arch.add_argument("--hidden-size", type=int, default=512)
     arch.add_argument("--layers", type=int, default=1)
@@ -98,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         encode_sentences,
         split_encoded,
     )
-    from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
+    from lmserve.export.rnn.model import RecurrentLMConfig
+    from lmserve.export.rnn.nets import build_model
     from lmserve.export.rnn.train import TrainConfig, evaluate, train
     from lmserve.server.manifest import TokenizerKind, TokenizerSpec
     from lmserve.server.text.bpe import BpeCodec
@@ -158,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             num_layers=args.layers,
             dropout=args.dropout,
             tie_weights=args.tie_weights,
+            order=(args.order or DEFAULT_FFNN_ORDER) if args.cell == "ffnn" else args.order,
         )
         train_cfg = TrainConfig(
             epochs=args.epochs,
@@ -181,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.manual_seed(train_cfg.seed)
-    model = RecurrentLM(model_cfg)
+    model = build_model(model_cfg)
     extra = {
         "vocab": vocab,
         "tokenizer": spec.model_dump(mode="json"),

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
+from lmserve.export.rnn.model import RecurrentLMConfig
+from lmserve.export.rnn.nets import NeuralLM, build_model
 from lmserve.export.rnn.parity import OnnxRunner, ParityReport, TorchScriptRunner, check_parity
 from lmserve.server.manifest import (
     FileEntry,
@@ -53,7 +54,7 @@ class CheckpointError(ValueError):
 @dataclass(frozen=True)
 class Checkpoint:
     path: Path
-    model: RecurrentLM
+    model: NeuralLM
     data: dict[str, Any]
 
     @property
@@ -77,7 +78,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
         raise CheckpointError(f"{path}: not a train-rnn checkpoint (missing {missing})")
     try:
         config = RecurrentLMConfig(**data["model_config"])
-        model = RecurrentLM(config)
+        model = build_model(config)
         model.load_state_dict(data["state_dict"])
         TokenizerSpec.model_validate(data["tokenizer"])
     except Exception as exc:  # pydantic ValidationError, load_state_dict's RuntimeError
@@ -106,16 +107,22 @@ def architecture(config: RecurrentLMConfig, fmt: ExportFormat, opset: int) -> di
         "state_names": list(config.state_names),
         "state_shape": "[num_layers, batch, hidden_size]",
     }
+    if config.cell == "ffnn":
+        arch.update(
+            order=config.order,
+            state_shape="[1, batch, order - 1] int64: the last order - 1 token ids",
+        )
     if fmt == "onnx":
         arch["opset"] = opset
         arch.update(io_names(config.cell))
     else:
-        # Method signatures of model.ts; `c` is an empty tensor for RNN/GRU.
+        # Method signatures of model.ts; `c` is an empty tensor for RNN/GRU/FFNN.
+        h = config.state_names[0]
         arch.update(
-            step_inputs=["tokens", "h", "c"],
-            step_outputs=["log_probs", "h_out", "c_out"],
-            score_inputs=["tokens", "targets", "h", "c"],
-            score_outputs=["token_log_probs", "h_out", "c_out"],
+            step_inputs=["tokens", h, "c"],
+            step_outputs=["log_probs", f"{h}_out", "c_out"],
+            score_inputs=["tokens", "targets", h, "c"],
+            score_outputs=["token_log_probs", f"{h}_out", "c_out"],
         )
     return arch
 

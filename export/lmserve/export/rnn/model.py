@@ -14,8 +14,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor, nn
 
-CellType = Literal["rnn", "lstm", "gru"]
-# h for RNN/GRU; (h, c) for LSTM; each [layers, batch, hidden].
+CellType = Literal["rnn", "lstm", "gru", "ffnn"]
+# h for RNN/GRU; (h, c) for LSTM; each float [layers, batch, hidden]. The feed-forward model
+# (ffnn.py) carries its window of previous ids instead: int64 [1, batch, order - 1].
 State = tuple[Tensor, ...]
 
 
@@ -31,17 +32,30 @@ class RecurrentLMConfig(BaseModel):
     num_layers: int = Field(default=1, ge=1)
     dropout: float = Field(default=0.3, ge=0.0, lt=1.0)
     tie_weights: bool = True
+    # The n-gram order of the feed-forward model (it reads order - 1 previous tokens).
+    order: int | None = Field(default=None, ge=2)
 
     @model_validator(mode="after")
     def _tying_needs_matching_sizes(self) -> RecurrentLMConfig:
         # A tied decoder reads the hidden state through the embedding matrix [vocab, emb].
         if self.tie_weights and self.embedding_size != self.hidden_size:
             raise ValueError("tie_weights needs embedding_size == hidden_size")
+        if (self.cell == "ffnn") != (self.order is not None):
+            raise ValueError("order is needed by (and only by) the ffnn cell")
+        if self.cell == "ffnn" and self.num_layers != 1:
+            raise ValueError("the ffnn cell has one hidden layer (num_layers 1)")
         return self
 
     @property
     def state_names(self) -> tuple[str, ...]:
+        if self.cell == "ffnn":
+            return ("window",)
         return ("h", "c") if self.cell == "lstm" else ("h",)
+
+    @property
+    def state_size(self) -> int:
+        """The last axis of every state tensor: hidden units, or the ffnn's window length."""
+        return self.order - 1 if self.order is not None else self.hidden_size
 
 
 class RecurrentLM(nn.Module):
@@ -55,6 +69,8 @@ class RecurrentLM(nn.Module):
 
     def __init__(self, config: RecurrentLMConfig) -> None:
         super().__init__()
+        if config.cell == "ffnn":
+            raise ValueError("the ffnn cell is FeedForwardLM (nets.build_model picks it)")
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_size)
         self.dropout = nn.Dropout(config.dropout)
@@ -88,11 +104,14 @@ class RecurrentLM(nn.Module):
 
     def forward(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         """tokens [batch, time] -> logits [batch, time, vocab] and the state after them."""
+        out, new_state = self.features(tokens, state)
+        return self.decoder(self.dropout(out)), new_state
+
+    def features(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+        """tokens [batch, time] -> the decoder's input [batch, time, hidden] and the new state."""
         x = self.dropout(self.embedding(tokens))
         if self.config.cell == "lstm":
             out, (h, c) = self.rnn(x, (state[0], state[1]))
-            new_state: State = (h, c)
-        else:
-            out, h = self.rnn(x, state[0])
-            new_state = (h,)
-        return self.decoder(self.dropout(out)), new_state
+            return out, (h, c)
+        out, h = self.rnn(x, state[0])
+        return out, (h,)

@@ -11,16 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from lmserve.export.rnn.model import RecurrentLM
+from lmserve.export.rnn.model import RecurrentLMConfig
+from lmserve.export.rnn.nets import NeuralLM
 
 Array = npt.NDArray[np.float32]
-States = tuple[Array, ...]
+# float32 [layers, batch, hidden] (recurrent) or int64 [1, batch, order - 1] (a window).
+States = tuple[npt.NDArray[Any], ...]
 
 BATCH_SIZES = (1, 3, 8)
 LENGTHS = (1, 7, 40)
@@ -51,7 +53,9 @@ class OnnxRunner:
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         cpu = ["CPUExecutionProvider"]
-        self.states = ("h", "c") if cell == "lstm" else ("h",)
+        from lmserve.export.rnn.to_onnx import state_names
+
+        self.states = tuple(state_names(cell))
         self._step = ort.InferenceSession(str(folder / "step.onnx"), options, providers=cpu)
         self._score = ort.InferenceSession(str(folder / "score.onnx"), options, providers=cpu)
 
@@ -68,7 +72,7 @@ class OnnxRunner:
 
 
 class TorchScriptRunner:
-    """model.ts of a folder; RNN/GRU get an empty `c` and the runner keeps only `h`."""
+    """model.ts of a folder; RNN/GRU/FFNN get an empty `c` and the runner keeps only `h`."""
 
     def __init__(self, folder: Path, cell: str) -> None:
         from lmserve.export.rnn.to_torchscript import load_torchscript
@@ -106,15 +110,13 @@ class ParityReport:
 
 
 @torch.no_grad()
-def _eager(
-    model: RecurrentLM, tokens: npt.NDArray[np.int64], state: States
-) -> tuple[Array, States]:
+def _eager(model: NeuralLM, tokens: npt.NDArray[np.int64], state: States) -> tuple[Array, States]:
     logits, new = model(torch.from_numpy(tokens), tuple(torch.from_numpy(s) for s in state))
     return torch.log_softmax(logits, dim=-1).numpy(), tuple(s.numpy() for s in new)
 
 
 def check_parity(
-    model: RecurrentLM,
+    model: NeuralLM,
     runner: Runner,
     *,
     batch_sizes: Sequence[int] = BATCH_SIZES,
@@ -131,11 +133,7 @@ def check_parity(
     try:
         for batch in batch_sizes:
             for length in lengths:
-                # A random (not zero) start state, so that the state inputs are really exercised.
-                shape = (cfg.num_layers, batch, cfg.hidden_size)
-                start = tuple(
-                    (0.5 * rng.standard_normal(shape)).astype(np.float32) for _ in cfg.state_names
-                )
+                start = random_state(cfg, batch, rng)
                 ref_state, got_state = start, start
                 got_score_state = start
                 for call in (1, 2):
@@ -171,6 +169,15 @@ def check_parity(
     finally:
         model.train(was_training)
     return ParityReport(max_abs_diff=worst, cases=cases)
+
+
+def random_state(cfg: RecurrentLMConfig, batch: int, rng: np.random.Generator) -> States:
+    """A random (not initial) start state, so that the state inputs are really exercised:
+    normal floats for a recurrent model, random ids for a feed-forward model's window."""
+    if cfg.cell == "ffnn":
+        return (rng.integers(0, cfg.vocab_size, (1, batch, cfg.state_size), dtype=np.int64),)
+    shape = (cfg.num_layers, batch, cfg.hidden_size)
+    return tuple((0.5 * rng.standard_normal(shape)).astype(np.float32) for _ in cfg.state_names)
 
 
 def _diff(got: np.ndarray, ref: np.ndarray) -> float:

@@ -6,6 +6,9 @@
   = log p(targets[b, t] | tokens[b, <=t], state), h_out (, c_out): scoring gets one float per
   position instead of [batch, time, vocab].
 
+A feed-forward model (`--cell ffnn`) has the same graphs with one int64 state, `window`
+[1, batch, order - 1] (the last ids read), in place of h (and c).
+
 The TorchScript-based exporter (`dynamo=False`) is used on purpose: with torch 2.13 the dynamo
 exporter bakes the example's time length into nn.LSTM/GRU/RNN, while this one keeps batch and time
 dynamic and emits the fused ONNX LSTM/GRU/RNN ops. Both graphs are exported from the same
@@ -30,7 +33,9 @@ from onnx import numpy_helper
 from onnx.external_data_helper import set_external_data
 from torch import Tensor, nn
 
-from lmserve.export.rnn.model import RecurrentLM
+from lmserve.export.rnn.ffnn import FeedForwardLM
+from lmserve.export.rnn.model import RecurrentLMConfig
+from lmserve.export.rnn.nets import NeuralLM
 
 OPSET = 17
 WEIGHTS_FILE = "weights.bin"
@@ -38,12 +43,19 @@ WEIGHTS_FILE = "weights.bin"
 EXTERNAL_MIN_BYTES = 1024
 # Page-aligned offsets let onnxruntime memory-map each tensor instead of copying it.
 ALIGNMENT = 4096
-STATE_NAMES = frozenset({"h", "c", "h_out", "c_out"})
+STATE_NAMES = frozenset({"h", "c", "h_out", "c_out", "window", "window_out"})
+
+
+def state_names(cell: str) -> list[str]:
+    """The graphs' state inputs: h (and c for an LSTM), or the feed-forward model's window."""
+    if cell == "ffnn":
+        return ["window"]
+    return ["h", "c"] if cell == "lstm" else ["h"]
 
 
 def io_names(cell: str) -> dict[str, list[str]]:
     """Input and output names of both graphs, as the manifest's `architecture` records them."""
-    states = ["h", "c"] if cell == "lstm" else ["h"]
+    states = state_names(cell)
     outs = [f"{s}_out" for s in states]
     return {
         "step_inputs": ["tokens", *states],
@@ -53,19 +65,22 @@ def io_names(cell: str) -> dict[str, list[str]]:
     }
 
 
-def log_probs(model: RecurrentLM, tokens: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+def log_probs(model: NeuralLM, tokens: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     """log_softmax of the logits and the new state, with the decoder applied as one 2-D matmul.
 
     RecurrentLM.forward applies the decoder to a 3-D tensor, which the exporter turns into a
     MatMul against a constant-folded transposed copy of the weight (a second copy of a tied
     embedding). A 2-D `F.linear` becomes Gemm(transB=1) on the weight itself, shared with Gather.
     """
-    x = model.embedding(tokens)
-    if model.config.cell == "lstm":
+    new_state: tuple[Tensor, ...]
+    if isinstance(model, FeedForwardLM):
+        out, new_state = model.features(tokens, state)  # eval mode: no dropout in the graph
+    elif model.config.cell == "lstm":
+        x = model.embedding(tokens)
         out, (h, c) = model.rnn(x, (state[0], state[1]))
-        new_state: tuple[Tensor, ...] = (h, c)
+        new_state = (h, c)
     else:
-        out, h = model.rnn(x, state[0])
+        out, h = model.rnn(model.embedding(tokens), state[0])
         new_state = (h,)
     flat = out.reshape(-1, out.shape[-1])
     logits = F.linear(flat, model.decoder.weight, model.decoder.bias)
@@ -75,7 +90,7 @@ def log_probs(model: RecurrentLM, tokens: Tensor, state: tuple[Tensor, ...]) -> 
 
 
 class StepGraph(nn.Module):
-    def __init__(self, model: RecurrentLM) -> None:
+    def __init__(self, model: NeuralLM) -> None:
         super().__init__()
         self.model = model
 
@@ -84,7 +99,7 @@ class StepGraph(nn.Module):
 
 
 class ScoreGraph(nn.Module):
-    def __init__(self, model: RecurrentLM) -> None:
+    def __init__(self, model: NeuralLM) -> None:
         super().__init__()
         self.model = model
 
@@ -167,7 +182,14 @@ def write_shared_weights(models: Sequence[onnx.ModelProto], weights_path: Path) 
         return f.tell()
 
 
-def export_onnx(model: RecurrentLM, folder: Path, *, opset: int = OPSET) -> dict[str, str]:
+def example_state(cfg: RecurrentLMConfig, batch: int) -> tuple[Tensor, ...]:
+    """A state of the model's shape and dtype (zeros: float, or `<unk>` ids for a window)."""
+    if cfg.cell == "ffnn":
+        return (torch.zeros(1, batch, cfg.state_size, dtype=torch.long),)
+    return tuple(torch.zeros(cfg.num_layers, batch, cfg.hidden_size) for _ in cfg.state_names)
+
+
+def export_onnx(model: NeuralLM, folder: Path, *, opset: int = OPSET) -> dict[str, str]:
     """Writes step.onnx, score.onnx and weights.bin into `folder`; returns {files key: name}.
 
     Both graphs are checked with onnx.checker (external data included).
@@ -178,7 +200,7 @@ def export_onnx(model: RecurrentLM, folder: Path, *, opset: int = OPSET) -> dict
     names = io_names(cfg.cell)
     # Example inputs: batch 2, time 3; dynamic_axes frees both axes.
     tokens = torch.randint(0, cfg.vocab_size, (2, 3), dtype=torch.long)
-    state = tuple(torch.zeros(cfg.num_layers, 2, cfg.hidden_size) for _ in names["step_inputs"][1:])
+    state = example_state(cfg, 2)
     was_training = model.training
     try:
         # The wrappers must be in eval mode too: the exporter restores the wrapper's mode

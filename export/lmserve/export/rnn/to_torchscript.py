@@ -4,7 +4,8 @@
     score(tokens, targets, h, c) -> (token_log_probs [batch, time], h_out, c_out)
 
 Log-probabilities are natural logs. The signature is the same for every cell: RNN and GRU take
-`c` as an empty tensor and return it unchanged. The module is scripted (not traced), so batch
+`c` as an empty tensor and return it unchanged; the feed-forward model's `h` is its int64 window
+of the last order - 1 ids [1, batch, order - 1]. The module is scripted (not traced), so batch
 and time stay free.
 
 torch 2.13 deprecates TorchScript (`torch.jit.script/save/load` warn on every call); it still
@@ -23,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lmserve.export.rnn.ffnn import FeedForwardLM, window_views
 from lmserve.export.rnn.model import RecurrentLM
+from lmserve.export.rnn.nets import NeuralLM
 
 MODEL_FILE = "model.ts"
 # The start of the notice `torch.jit.script`, `.save` and `.load` give in torch 2.13.
@@ -49,7 +52,7 @@ def load_torchscript(path: Path) -> torch.jit.ScriptModule:
 class _Decoder(nn.Module):
     """Embedding lookup and the decoder as one 2-D matmul, shared by both scriptable classes."""
 
-    def __init__(self, model: RecurrentLM) -> None:
+    def __init__(self, model: NeuralLM) -> None:
         super().__init__()
         self.embedding = model.embedding
         self.decoder = model.decoder
@@ -60,12 +63,11 @@ class _Decoder(nn.Module):
 
 
 class _Scripted(nn.Module):
-    """What both cells share: `score` and `forward` over the cell's own `step`."""
+    """What every cell shares: `score` and `forward` over the cell's own `step`."""
 
-    def __init__(self, model: RecurrentLM) -> None:
+    def __init__(self, model: NeuralLM) -> None:
         super().__init__()
         self.head = _Decoder(model)
-        self.rnn = model.rnn
 
     def step(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         raise NotImplementedError
@@ -81,14 +83,20 @@ class _Scripted(nn.Module):
         return self.step(tokens, h, c)
 
 
-class ScriptedLSTM(_Scripted):
+class _ScriptedRecurrent(_Scripted):
+    def __init__(self, model: RecurrentLM) -> None:
+        super().__init__(model)
+        self.rnn = model.rnn
+
+
+class ScriptedLSTM(_ScriptedRecurrent):
     @torch.jit.export
     def step(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         out, (h_out, c_out) = self.rnn(self.head.embedding(tokens), (h, c))
         return self.head.log_probs(out, tokens), h_out, c_out
 
 
-class ScriptedRNN(_Scripted):
+class ScriptedRNN(_ScriptedRecurrent):
     """Elman RNN or GRU: one state tensor; `c` is passed through untouched."""
 
     @torch.jit.export
@@ -97,11 +105,33 @@ class ScriptedRNN(_Scripted):
         return self.head.log_probs(out, tokens), h_out, c
 
 
-def export_torchscript(model: RecurrentLM, folder: Path) -> dict[str, str]:
+class ScriptedFFNN(_Scripted):
+    """The feed-forward model: `h` is its int64 window [1, batch, order - 1]; `c` passes through."""
+
+    def __init__(self, model: FeedForwardLM) -> None:
+        super().__init__(model)
+        self.hidden = model.hidden
+        self.context: int = model.context
+
+    @torch.jit.export
+    def step(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        full = torch.cat([h[0], tokens], dim=1)
+        x = window_views(self.head.embedding(full), self.context)
+        out = torch.tanh(self.hidden(x))
+        return self.head.log_probs(out, tokens), full[:, -self.context :].unsqueeze(0), c
+
+
+def export_torchscript(model: NeuralLM, folder: Path) -> dict[str, str]:
     """Writes `model.ts` into `folder`; returns {files key: name}."""
     was_training = model.training
     model.eval()
-    wrapper = ScriptedLSTM(model) if model.config.cell == "lstm" else ScriptedRNN(model)
+    wrapper: _Scripted
+    if isinstance(model, FeedForwardLM):
+        wrapper = ScriptedFFNN(model)
+    elif model.config.cell == "lstm":
+        wrapper = ScriptedLSTM(model)
+    else:
+        wrapper = ScriptedRNN(model)
     try:
         with quiet_torchscript():
             scripted = torch.jit.script(wrapper.eval())

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from lmserve.export.rnn.data import IGNORE_INDEX, Batch, length_bucketed_batches
-from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig, State
+from lmserve.export.rnn.model import RecurrentLMConfig, State
+from lmserve.export.rnn.nets import NeuralLM, build_model
 
 BEST_CHECKPOINT = "checkpoint-best.pt"
 LAST_CHECKPOINT = "checkpoint-last.pt"
@@ -63,9 +64,7 @@ def detach(state: State) -> State:
 
 
 @torch.no_grad()
-def evaluate(
-    model: RecurrentLM, sentences: Sequence[np.ndarray], batch_size: int = 64
-) -> Evaluation:
+def evaluate(model: NeuralLM, sentences: Sequence[np.ndarray], batch_size: int = 64) -> Evaluation:
     """Sum of log p(target) over every sentence, each scored from the initial state."""
     was_training = model.training
     model.eval()
@@ -82,7 +81,7 @@ def evaluate(
 
 
 def _train_batch(
-    model: RecurrentLM, batch: Batch, optimizer: torch.optim.Optimizer, cfg: TrainConfig
+    model: NeuralLM, batch: Batch, optimizer: torch.optim.Optimizer, cfg: TrainConfig
 ) -> float:
     """One batch in BPTT windows of `cfg.bptt` steps; the state is carried, its gradient cut."""
     loss_fn = nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum")
@@ -111,7 +110,7 @@ def _make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     return torch.optim.SGD(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def save_checkpoint(path: Path, model: RecurrentLM, payload: dict[str, Any]) -> None:
+def save_checkpoint(path: Path, model: NeuralLM, payload: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(
         {"model_config": model.config.model_dump(), "state_dict": model.state_dict(), **payload},
@@ -120,17 +119,17 @@ def save_checkpoint(path: Path, model: RecurrentLM, payload: dict[str, Any]) -> 
     tmp.replace(path)
 
 
-def load_checkpoint(path: Path) -> tuple[RecurrentLM, dict[str, Any]]:
+def load_checkpoint(path: Path) -> tuple[NeuralLM, dict[str, Any]]:
     """The model (in eval mode) and everything else the checkpoint holds."""
     data: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
-    model = RecurrentLM(RecurrentLMConfig(**data["model_config"]))
+    model = build_model(RecurrentLMConfig(**data["model_config"]))
     model.load_state_dict(data["state_dict"])
     model.eval()
     return model, data
 
 
 def train(
-    model: RecurrentLM,
+    model: NeuralLM,
     cfg: TrainConfig,
     train_sentences: Sequence[np.ndarray],
     valid_sentences: Sequence[np.ndarray],

@@ -16,6 +16,9 @@ _KINDS = {
     ModelKind.LSTM: pb.MODEL_KIND_LSTM,
     ModelKind.GRU: pb.MODEL_KIND_GRU,
     ModelKind.INTERPOLATED: pb.MODEL_KIND_INTERPOLATED,
+    # The proto has no feed-forward kind yet: reported as unspecified, `order` and the
+    # description say what it is.
+    ModelKind.FFNN: pb.MODEL_KIND_UNSPECIFIED,
 }
 _FORMATS = {
     ModelFormat.ARPA: pb.MODEL_FORMAT_ARPA,
@@ -46,8 +49,8 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
     info.kind = _KINDS[manifest.kind]
     info.format = _FORMATS[manifest.format]
     info.description = manifest.description
-    info.order = manifest.ngram.order if manifest.ngram else 0
     arch = manifest.architecture
+    info.order = manifest.ngram.order if manifest.ngram else int(arch.get("order", 0))
     info.num_layers = int(arch.get("num_layers", 0))
     info.hidden_size = int(arch.get("hidden_size", 0))
     info.embedding_size = int(arch.get("embedding_size", 0))

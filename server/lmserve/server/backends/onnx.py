@@ -1,4 +1,4 @@
-"""Recurrent models exported to ONNX, run by ONNX Runtime (CPU, or CUDA when available).
+"""Recurrent (and feed-forward) models exported to ONNX, run by ONNX Runtime (CPU or CUDA).
 
     backend = OnnxBackend.load(folder, manifest, OnnxOptions(intra_op_threads=2))
     backend.score(batch, per_token=True)      # natural logs
@@ -71,13 +71,13 @@ class OnnxBackend(RecurrentBackend):
             manifest.file_path(folder, "score"),
             options,
             ["tokens", "targets", *state_inputs],
-            {"token_log_probs": None, **{f"{s}_out": spec.hidden_size for s in state_inputs}},
+            {"token_log_probs": None, **{f"{s}_out": spec.state_size for s in state_inputs}},
         )
         step = _session(
             manifest.file_path(folder, "step"),
             options,
             ["tokens", *state_inputs],
-            {"log_probs": spec.vocab_size, **{f"{s}_out": spec.hidden_size for s in state_inputs}},
+            {"log_probs": spec.vocab_size, **{f"{s}_out": spec.state_size for s in state_inputs}},
         )
         return cls(spec, vocab, step, score, options.max_chunk_tokens)
 
@@ -85,7 +85,7 @@ class OnnxBackend(RecurrentBackend):
     def providers(self) -> list[str]:
         return list(self._score.get_providers())
 
-    def _feeds(self, state: RecurrentState) -> dict[str, npt.NDArray[np.float32]]:
+    def _feeds(self, state: RecurrentState) -> dict[str, npt.NDArray[Any]]:
         return {name: s for name, s in zip(self.spec.state_names, state, strict=True)}
 
     def _run_step(

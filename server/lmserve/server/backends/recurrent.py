@@ -1,5 +1,10 @@
 """What every recurrent (RNN/LSTM/GRU) backend shares, whatever runs the graph.
 
+The feed-forward (Bengio) model is served here too: its state is the window of the last
+`order - 1` ids, int64 [1, batch, order - 1], filled with `<s>` at the start. Every state array
+has the batch on axis 1, whatever its dtype, so batching, splitting and reordering states
+(the steppers, the scheduler, beam search, Complete sessions) need not know the model.
+
 A subclass supplies two graph calls on numpy arrays, both state in, state out:
 
     _run_step(tokens [B,T], state) -> (log_probs [B,T,V], state)      # full distributions
@@ -26,10 +31,12 @@ from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, 
 from lmserve.server.backends.segments import segment_sums
 from lmserve.server.errors import ModelLoadError, Unimplemented
 
-# One array per state name ("h", or "h" and "c"), each float32 [layers, batch, hidden].
-RecurrentState = tuple[npt.NDArray[np.float32], ...]
+# One array per state name ("h", or "h" and "c"), each float32 [layers, batch, hidden]; for a
+# feed-forward model one int64 [1, batch, order - 1] ("window").
+RecurrentState = tuple[npt.NDArray[Any], ...]
 TokenArray = npt.NDArray[np.int64]
-CELLS = ("rnn", "lstm", "gru")
+CELLS = ("rnn", "lstm", "gru", "ffnn")
+STATE_NAMES = {"lstm": ("h", "c"), "ffnn": ("window",)}
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,20 @@ class RecurrentSpec:
     hidden_size: int
     num_layers: int
     state_names: tuple[str, ...]
+    order: int | None = None  # feed-forward models only
+
+    @property
+    def window(self) -> bool:
+        """Whether the state is a window of ids (feed-forward) rather than float activations."""
+        return self.cell == "ffnn"
+
+    @property
+    def state_size(self) -> int:
+        """The last axis of every state array: hidden units, or the window's length."""
+        return self.order - 1 if self.order is not None else self.hidden_size
+
+    def state_shape(self, batch: int) -> tuple[int, int, int]:
+        return (1 if self.window else self.num_layers, batch, self.state_size)
 
     @classmethod
     def from_architecture(cls, arch: dict[str, Any], where: str) -> RecurrentSpec:
@@ -59,7 +80,7 @@ class RecurrentSpec:
             ) from exc
         if cell not in CELLS:
             raise ModelLoadError(where, f"architecture.cell {cell!r} is not one of {CELLS}")
-        expected = ("h", "c") if cell == "lstm" else ("h",)
+        expected = STATE_NAMES.get(cell, ("h",))
         names = tuple(arch.get("state_names", expected))
         if names != expected:
             raise ModelLoadError(
@@ -67,7 +88,15 @@ class RecurrentSpec:
             )
         if min(vocab_size, hidden, layers) <= 0:
             raise ModelLoadError(where, "architecture sizes must be positive")
-        return cls(cell, vocab_size, hidden, layers, names)
+        order = None
+        if cell == "ffnn":
+            try:
+                order = int(arch["order"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ModelLoadError(where, f"an ffnn architecture needs an order: {exc}") from exc
+            if order < 2:
+                raise ModelLoadError(where, f"architecture.order {order}: 2 or more is needed")
+        return cls(cell, vocab_size, hidden, layers, names, order)
 
 
 def read_vocab(path: Path, spec: RecurrentSpec, specials: Any) -> Vocabulary:
@@ -121,8 +150,10 @@ class RecurrentBackend(ABC):
     # -- the state-in/state-out contract -----------------------------------------------------
 
     def initial_state(self, batch: int) -> RecurrentState:
-        """The all-zero state a text starts from, before `<s>` is read."""
-        shape = (self.spec.num_layers, batch, self.spec.hidden_size)
+        """The state a text starts from, before `<s>` is read: all zeros, or a window of `<s>`."""
+        shape = self.spec.state_shape(batch)
+        if self.spec.window:
+            return (np.full(shape, self._vocab.bos_id, dtype=np.int64),)
         return tuple(np.zeros(shape, dtype=np.float32) for _ in self.spec.state_names)
 
     def step(

@@ -13,7 +13,8 @@ removes sequences between steps and beam search reorders (and duplicates) beams:
     state = stepper.select(state, np.array([1, 0, 0])) # the same, in one gather
 
 Implementations:
-- `RecurrentStepper`: the state is the backend's tuple of float32 arrays [layers, batch, hidden];
+- `RecurrentStepper`: the state is the backend's tuple of arrays with the batch on axis 1
+  (float32 [layers, batch, hidden], or a feed-forward model's int64 window [1, batch, order-1]);
   a step is one batched graph call with T = 1.
 - `ContextStepper`: any backend with `next_token_log_probs(context)`; the state is each row's
   token history (with an explicit `<s>`), kept to the last `max_context` ids. For an n-gram model
@@ -95,7 +96,8 @@ class Stepper(Protocol):
 
 
 class RecurrentStepper:
-    """Steps a recurrent backend; its state is a tuple of [layers, batch, hidden] arrays."""
+    """Steps a recurrent (or feed-forward) backend; its state is a tuple of arrays, batch on
+    axis 1."""
 
     releases_gil = True  # ONNX Runtime and torch compute without the GIL
     costly_prompts = True  # the graph runs over every prompt token

@@ -28,7 +28,9 @@ from lmserve.server.manifest import ModelFormat, ModelKind, ModelManifest, Token
 from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import CharCodec, escape_token, read_vocab_file
 
-RECURRENT_KINDS = (ModelKind.RNN, ModelKind.LSTM, ModelKind.GRU)
+# Neural kinds served by the state-in/state-out backends (the feed-forward model's state is its
+# window of previous ids).
+RECURRENT_KINDS = (ModelKind.RNN, ModelKind.LSTM, ModelKind.GRU, ModelKind.FFNN)
 
 
 @dataclass(frozen=True)
@@ -133,11 +135,8 @@ def _interpolated(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> La
 LOADERS: dict[tuple[ModelKind, ModelFormat], Loader] = {
     (ModelKind.NGRAM, ModelFormat.NGRAM_BINARY): _ngram_binary,
     (ModelKind.NGRAM, ModelFormat.ARPA): _ngram_arpa,
-    **{(kind, ModelFormat.ONNX): _onnx for kind in (ModelKind.RNN, ModelKind.LSTM, ModelKind.GRU)},
-    **{
-        (kind, ModelFormat.TORCHSCRIPT): _torchscript
-        for kind in (ModelKind.RNN, ModelKind.LSTM, ModelKind.GRU)
-    },
+    **{(kind, ModelFormat.ONNX): _onnx for kind in RECURRENT_KINDS},
+    **{(kind, ModelFormat.TORCHSCRIPT): _torchscript for kind in RECURRENT_KINDS},
     (ModelKind.INTERPOLATED, ModelFormat.INTERPOLATION): _interpolated,
 }
 
