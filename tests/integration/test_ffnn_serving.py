@@ -268,7 +268,7 @@ def test_get_model_reports_the_order(stub: lm_service_pb2_grpc.LanguageModelServ
     info = stub.GetModel(pb.GetModelRequest(model="ffnn-onnx")).model
     assert info.state == pb.MODEL_STATE_READY
     assert (info.order, info.hidden_size, info.embedding_size) == (ORDER, 24, 16)
-    assert info.kind == pb.MODEL_KIND_UNSPECIFIED  # the proto has no feed-forward kind yet
+    assert info.kind == pb.MODEL_KIND_FFNN
 
 
 def test_bad_input_gets_a_clear_status(stub: lm_service_pb2_grpc.LanguageModelServiceStub) -> None:

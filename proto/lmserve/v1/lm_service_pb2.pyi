@@ -15,6 +15,7 @@ class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_KIND_LSTM: _ClassVar[ModelKind]
     MODEL_KIND_GRU: _ClassVar[ModelKind]
     MODEL_KIND_INTERPOLATED: _ClassVar[ModelKind]
+    MODEL_KIND_FFNN: _ClassVar[ModelKind]
 
 class ModelFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +66,7 @@ MODEL_KIND_RNN: ModelKind
 MODEL_KIND_LSTM: ModelKind
 MODEL_KIND_GRU: ModelKind
 MODEL_KIND_INTERPOLATED: ModelKind
+MODEL_KIND_FFNN: ModelKind
 MODEL_FORMAT_UNSPECIFIED: ModelFormat
 MODEL_FORMAT_ARPA: ModelFormat
 MODEL_FORMAT_NGRAM_BINARY: ModelFormat

@@ -16,9 +16,7 @@ _KINDS = {
     ModelKind.LSTM: pb.MODEL_KIND_LSTM,
     ModelKind.GRU: pb.MODEL_KIND_GRU,
     ModelKind.INTERPOLATED: pb.MODEL_KIND_INTERPOLATED,
-    # The proto has no feed-forward kind yet: reported as unspecified, `order` and the
-    # description say what it is.
-    ModelKind.FFNN: pb.MODEL_KIND_UNSPECIFIED,
+    ModelKind.FFNN: pb.MODEL_KIND_FFNN,
 }
 _FORMATS = {
     ModelFormat.ARPA: pb.MODEL_FORMAT_ARPA,
