@@ -11,8 +11,6 @@
     ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     ├── Unimplemented        -> UNIMPLEMENTED     (the RPC or option is not offered for this model)
     ├── Unauthenticated      -> UNAUTHENTICATED   (no or a wrong bearer token)
-    ├── Cancelled            -> CANCELLED         (the caller stopped waiting; the work stopped)
-    ├── ModelOutputError     -> INTERNAL          (the model produced NaN/inf for a sequence)
     └── ModelLoadError                            (a model folder is broken; names file and reason)
         ├── ManifestError
         ├── ChecksumMismatch
