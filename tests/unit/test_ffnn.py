@@ -31,7 +31,6 @@ from lmserve.server.errors import ModelLoadError
 from lmserve.server.manifest import read_manifest, verify_files
 
 VOCAB = ["<unk>", "<s>", "</s>", *(f"w{i}" for i in range(57))]
-CORPUS = Path(__file__).resolve().parents[2] / "export/lmserve/export/corpora/kjv"
 FORMATS: list[ExportFormat] = ["onnx", "torchscript"]
 
 
@@ -156,17 +155,6 @@ def test_the_served_spec_needs_an_order() -> None:
         RecurrentSpec.from_architecture({**arch, "order": 3, "state_names": ["h"]}, "model.yaml")
     spec = RecurrentSpec.from_architecture({**arch, "order": 3}, "model.yaml")
     assert spec.state_shape(5) == (1, 5, 2)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("corpus")
-    paths = {}
-    for split, n in (("train", 200), ("valid", 40), ("test", 40)):
-        lines = (CORPUS / f"{split}.txt").read_text(encoding="utf-8").splitlines()[:n]
-        paths[split] = folder / f"{split}.txt"
-        paths[split].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return paths
 
 
 def test_training_reduces_validation_loss(tmp_path: Path, corpus: dict[str, Path]) -> None:

@@ -16,23 +16,10 @@ from lmserve.export.rnn.train import BEST_CHECKPOINT, TrainConfig, evaluate, tra
 from lmserve.server.cli import main
 from lmserve.server.manifest import read_manifest, verify_files
 
-CORPUS = Path(__file__).resolve().parents[2] / "export/lmserve/export/corpora/kjv"
-
 
 @pytest.fixture(autouse=True)
 def _one_thread() -> None:
     torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("corpus")
-    paths = {}
-    for split, n in (("train", 200), ("valid", 40), ("test", 40)):
-        lines = (CORPUS / f"{split}.txt").read_text(encoding="utf-8").splitlines()[:n]
-        paths[split] = folder / f"{split}.txt"
-        paths[split].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return paths
 
 
 def test_training_reduces_validation_loss(tmp_path: Path, corpus: dict[str, Path]) -> None:
