@@ -126,7 +126,7 @@ def _ids(served: ServedModel, message: pb.CompleteRequest) -> tuple[list[int], l
     ids = served.encode_prompt(message.append_text, field="append_text")
     # Appended text is whole words (the partial word is sent apart): on a character model the
     # next word starts after a space, which the tokenizer drops at the end of a text.
-    boundary = served.word_boundary_id()
+    boundary = served.codec.word_separator_id()
     if ids and boundary is not None and ids[-1] != boundary:
         ids.append(boundary)
     return ids, served.token_names_of_text(message.append_text, ids)

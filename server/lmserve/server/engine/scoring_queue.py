@@ -308,7 +308,9 @@ class ScoringQueue:
                 self._drop(jobs[0])
             return
         self.passes += 1
-        self.throughput.record(_positions(picked), time.perf_counter() - started)
+        # Positions as `queued_tokens` counts them (`</s>` included): the merged batch's own.
+        positions = len(merged.ids) + (merged.batch_size if eos else 0)
+        self.throughput.record(positions, time.perf_counter() - started)
         self._record(jobs, started, merged.batch_size)
         row = 0
         for job, unit in picked:
@@ -363,13 +365,3 @@ class ScoringQueue:
             if job.enqueued:
                 queue.observe(started - job.enqueued)
                 job.enqueued = 0.0  # the wait before its first unit only
-
-
-def _positions(picked: list[tuple[Job, np.ndarray]]) -> int:
-    """Positions a pass scored, counted as `queued_tokens` counts them (`</s>` included)."""
-    total = 0
-    for job, unit in picked:
-        total += int(job.prepared.lengths[unit].sum())
-        if job.prepared.options.eos:
-            total += len(unit)
-    return total

@@ -39,7 +39,6 @@ from lmserve.server.engine.sequence import GenerationRequest, GenerationStream
 from lmserve.server.errors import InvalidArgument, Unimplemented
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry
-from lmserve.server.text.char import CharCodec
 from lmserve.server.text.codec import TextCodec, WordCodec
 
 # Requests with more characters than this are tokenized off the event loop.
@@ -238,13 +237,6 @@ class ServedModel:
                 field, f"has {len(batch.ids)} tokens, more than the limit of {limit}"
             )
         return [int(i) for i in batch.ids]
-
-    def word_boundary_id(self) -> int | None:
-        """The token that ends a word when it is not part of the word's last token: a character
-        model's space (a word model's word, a BPE model's `x</w>` end themselves), else None."""
-        if not isinstance(self.codec, CharCodec):
-            return None
-        return self.vocab.index.get(" ")
 
     def encode_tokens(self, tokens: Sequence[str], field: str = "tokens") -> list[int]:
         """Model tokens, taken as they are, as ids (`<unk>` for unknown ones)."""

@@ -103,6 +103,9 @@ class BpeCodec:
         """Words as the word tokenizer counts them (per-word perplexity adds one `</s>` a line)."""
         return len(self.words.split(text))
 
+    def word_separator_id(self) -> int | None:
+        return None  # a word's last piece (`x</w>`) ends it
+
     def encode_texts(self, texts: Sequence[str]) -> EncodedBatch:
         """Splits into words, then words into subword ids (`<s>`/`</s>` not added)."""
         return self.encode_token_lists(self.words.split_batch(texts))

@@ -153,6 +153,11 @@ class CharCodec:
         """Words as the word tokenizer counts them (per-word perplexity adds one `</s>` a line)."""
         return len(self.tokenizer.split(text))
 
+    def word_separator_id(self) -> int | None:
+        """The space: it is dropped at the end of an encoded text, so a caller that appends
+        whole words adds it."""
+        return self.vocab.index.get(" ")
+
     def encode_texts(self, texts: Sequence[str]) -> EncodedBatch:
         """Normalises each text and maps its characters to ids (`<s>`/`</s>` not added)."""
         return _encode_strings([self.normalize(t) for t in texts], self.vocab)

@@ -35,6 +35,11 @@ class TextCodec(Protocol):
         """The words of `text` as the model's word tokenizer splits it."""
         ...
 
+    def word_separator_id(self) -> int | None:
+        """The token between two words when a word's own tokens do not end it (a character
+        model's space), else None: a word is one token, a BPE word ends with its `x</w>`."""
+        ...
+
 
 class WordCodec(TextEncoder):
     """The word-level codec: one token per word (a `TextEncoder` that also counts words).
@@ -48,6 +53,9 @@ class WordCodec(TextEncoder):
 
     def count_words(self, text: str) -> int:
         return len(self.tokenizer.split(text))
+
+    def word_separator_id(self) -> int | None:
+        return None
 
     def split_batch(self, texts: Sequence[str]) -> list[list[str]]:
         """The words of each text: for this codec, also its tokens."""
