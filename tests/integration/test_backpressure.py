@@ -71,6 +71,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServe
             "host": "127.0.0.1",
             "port": 0,
             "metrics_enabled": False,
+            # In-process engine: these tests watch the scheduler itself (its slots, steps and
+            # parked streams); test_engine_workers checks the same calls through a worker.
+            "engine_workers": False,
             "max_active_sequences": 8,
             "max_new_tokens": 1_000_000,
             "max_unread_events": MAX_UNREAD,
@@ -88,7 +91,7 @@ def stub(server: BackgroundServer) -> Iterator[lm_service_pb2_grpc.LanguageModel
 
 
 def _scheduler(server: BackgroundServer, model: str):  # type: ignore[no-untyped-def]
-    return server.running.models.ready(model).scheduler
+    return server.running.models.ready(model).engine.scheduler  # type: ignore[attr-defined]
 
 
 def _request(model: str, tokens: int, seed: int = 7) -> pb.GenerateRequest:
@@ -141,9 +144,7 @@ def test_a_slow_reader_pauses_and_gets_every_token_in_order(
     handed = stream.handed
     assert handed < tokens  # stopped well before the end
     assert scheduler.parks >= 1
-    parked = server.running.metrics.registry.get_sample_value(
-        "lmserve_parked_sequences", {"model": model}
-    )
+    parked = server.running.exposed.get_sample_value("lmserve_parked_sequences", {"model": model})
     assert parked == 1
     time.sleep(0.5)
     assert stream.handed == handed  # nothing more generated while parked
@@ -157,9 +158,7 @@ def test_a_slow_reader_pauses_and_gets_every_token_in_order(
     got = _tokens(call)  # reads again: it resumes (and parks and resumes as the window fills)
     assert got == expected  # every token, in order, the same as without a pause
     assert not scheduler.parked and not scheduler.active
-    parked = server.running.metrics.registry.get_sample_value(
-        "lmserve_parked_sequences", {"model": model}
-    )
+    parked = server.running.exposed.get_sample_value("lmserve_parked_sequences", {"model": model})
     assert parked == 0
 
 

@@ -77,6 +77,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServe
             "host": "127.0.0.1",
             "port": 0,
             "metrics_enabled": False,
+            # In-process engine: these tests watch the scheduler itself (its slots, steps and
+            # parked streams); test_engine_workers checks the same calls through a worker.
+            "engine_workers": False,
             "max_active_sequences": 4,
             "max_queued_requests": 2,
             "max_new_tokens": 1_000_000,
@@ -94,13 +97,11 @@ def client(server: BackgroundServer) -> Iterator[LmServeClient]:
 
 
 def _scheduler(server: BackgroundServer, model: str):  # type: ignore[no-untyped-def]
-    return server.running.models.ready(model).scheduler
+    return server.running.models.ready(model).engine.scheduler  # type: ignore[attr-defined]
 
 
 def _active(server: BackgroundServer, model: str) -> float:
-    value = server.running.metrics.registry.get_sample_value(
-        "lmserve_active_sequences", {"model": model}
-    )
+    value = server.running.exposed.get_sample_value("lmserve_active_sequences", {"model": model})
     return value or 0.0
 
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from serve_process import ServeProcess, wait_until
 
 from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.engine.workers.supervisor import WorkerEngine
 from lmserve.server.manifest import ModelManifest, sha256_of, write_manifest
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
@@ -94,7 +95,7 @@ def health(server: BackgroundServer, service: str) -> int:
 
 
 def reloads(server: BackgroundServer, model: str, result: str) -> float:
-    value = server.running.metrics.registry.get_sample_value(
+    value = server.running.exposed.get_sample_value(
         "lmserve_model_reloads_total", {"model": model, "result": result}
     )
     return value or 0.0
@@ -279,7 +280,10 @@ def test_an_open_stream_finishes_on_the_old_model_which_closes_after_it(
     # The stream still holds (and is answered by) the old model, which is not closed yet.
     outbox.append(pb.CompleteRequest(append_text="a", k=1))
     assert next(replies).context_tokens == 2
-    assert not old._scoring._closed  # the queue a close() would stop
+    engine = old.engine
+    assert isinstance(engine, WorkerEngine)
+    assert not engine.stopped and engine.alive  # its worker still serves the stream
     outbox.append(None)
     assert list(replies) == []
-    assert wait_until(lambda: models.in_use(old) == 0 and old._scoring._closed, 10)
+    # Closed once the stream left: its worker process exits.
+    assert wait_until(lambda: models.in_use(old) == 0 and engine.stopped and not engine.alive, 10)

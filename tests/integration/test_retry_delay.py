@@ -22,7 +22,7 @@ from lmserve.client import LmServeClient
 from lmserve.client.errors import ResourceExhaustedError
 from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.engine.retry_estimate import MAX_DELAY, MIN_DELAY
-from lmserve.server.engine.scoring_queue import ScoringQueue
+from lmserve.server.engine.scoring.queue import ScoringQueue
 from lmserve.server.settings import load_settings
 
 TEXT = " ".join(["looking on a little"] * 250)[: -len(" little")]  # 999 words + </s>
@@ -56,9 +56,11 @@ def paced(model_repository: Path) -> Iterator[tuple[BackgroundServer, ScoringQue
         "port": 0,
         "metrics_enabled": False,
         "scoring_max_queued_tokens": MAX_QUEUED,
+        # In-process engine: the test paces the model's backend inside its scoring queue.
+        "engine_workers": False,
     }
     with start_background_server(load_settings(settings), registry=CollectorRegistry()) as server:
-        queue = server.running.models.ready("test")._scoring
+        queue = server.running.models.ready("test").engine.scoring  # type: ignore[attr-defined]
         backend = PacedBackend(queue.backend)
         queue.backend = backend  # type: ignore[assignment]
         try:

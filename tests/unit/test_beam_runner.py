@@ -14,8 +14,8 @@ from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.beam import beam_search
 from lmserve.server.decoding.params import BeamParams
-from lmserve.server.engine.beam_runner import BeamRunner
-from lmserve.server.engine.generation_limits import GenerationLimits
+from lmserve.server.engine.generation.beam_runner import BeamRunner
+from lmserve.server.engine.generation.limits import GenerationLimits
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded
 
 STEP_SECONDS = 0.01

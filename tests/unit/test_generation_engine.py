@@ -17,10 +17,10 @@ from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import ContextStepper, Stepper, make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
-from lmserve.server.engine.generation_limits import GenerationLimits
-from lmserve.server.engine.prefill import Prefill
-from lmserve.server.engine.scheduler import GenerationScheduler
-from lmserve.server.engine.sequence import (
+from lmserve.server.engine.generation.limits import GenerationLimits
+from lmserve.server.engine.generation.prefill import Prefill
+from lmserve.server.engine.generation.scheduler import GenerationScheduler
+from lmserve.server.engine.generation.sequence import (
     FinishEvent,
     GenerationRequest,
     GenerationStream,
@@ -382,7 +382,7 @@ def test_finish_events_still_end_every_sample(bigram: NgramModel) -> None:
 def test_observe_many_equals_repeated_observe() -> None:
     from prometheus_client import Histogram
 
-    from lmserve.server.engine.batch import observe_many
+    from lmserve.server.engine.generation.batch import observe_many
 
     grouped, single = CollectorRegistry(), CollectorRegistry()
     a = Histogram("itl", "", buckets=(0.001, 0.01, 0.1, 1.0), registry=grouped)

@@ -11,9 +11,9 @@ import pytest
 
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.decoding.scoring import ScoreOptions, Scorer
-from lmserve.server.engine.admission import Admission
-from lmserve.server.engine.beam_runner import BeamRunner
-from lmserve.server.engine.generation_limits import GenerationLimits
+from lmserve.server.engine.generation.admission import Admission
+from lmserve.server.engine.generation.beam_runner import BeamRunner
+from lmserve.server.engine.generation.limits import GenerationLimits
 from lmserve.server.engine.retry_estimate import (
     MAX_DELAY,
     MIN_DELAY,
@@ -22,7 +22,7 @@ from lmserve.server.engine.retry_estimate import (
     drain_delay,
     slot_delay,
 )
-from lmserve.server.engine.scoring_queue import ScoringLimits, ScoringQueue
+from lmserve.server.engine.scoring.queue import ScoringLimits, ScoringQueue
 from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
 from lmserve.server.text.codec import WordCodec
 from lmserve.server.text.word import WordTokenizer

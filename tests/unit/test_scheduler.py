@@ -10,9 +10,9 @@ from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine.generation_limits import GenerationLimits
-from lmserve.server.engine.scheduler import GenerationScheduler
-from lmserve.server.engine.sequence import (
+from lmserve.server.engine.generation.limits import GenerationLimits
+from lmserve.server.engine.generation.scheduler import GenerationScheduler
+from lmserve.server.engine.generation.sequence import (
     FinishEvent,
     GenerationRequest,
     GenerationStream,

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.stepping import make_stepper
-from lmserve.server.engine.session_steps import SessionSteps
-from lmserve.server.engine.sessions import Session, SessionCache, SessionLimits
+from lmserve.server.engine.autocomplete.session_steps import SessionSteps
+from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
 from lmserve.server.manifest import read_manifest
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.loaders import LoadContext, load_backend

@@ -32,7 +32,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from lmserve.server.api.auth import configured_token, server_credentials
-from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
+from lmserve.server.api.health import (
+    SERVICE_NAME,
+    HealthServicer,
+    publish_health,
+    set_model_health,
+)
 from lmserve.server.api.health_port import start_health_server
 from lmserve.server.api.observe import server_interceptors
 from lmserve.server.api.reflection import enable_reflection
@@ -40,7 +45,8 @@ from lmserve.server.api.reloading import Reloader
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_models import ServedModels
-from lmserve.server.metrics import Metrics, serve_metrics
+from lmserve.server.engine.workers.supervisor import WorkerPool, WorkerSettings
+from lmserve.server.metrics import MergedRegistry, Metrics, serve_metrics
 from lmserve.server.registry.repository import (
     LoadOptions,
     ModelEntry,
@@ -65,8 +71,12 @@ class RunningServer:
     health: HealthServicer
     models: ServedModels
     reloader: Reloader
+    # The engine worker processes (None with `engine_workers: false`).
+    workers: WorkerPool | None = None
     metrics_port: int | None = None
     health_port: int | None = None
+    # What /metrics serves: the front's metrics with every engine worker's merged in.
+    exposed: CollectorRegistry = field(default_factory=CollectorRegistry)
     _health_server: aio.Server | None = field(default=None, repr=False)
     _poller: asyncio.Task[None] | None = field(default=None, repr=False)
     _metrics_httpd: Any = None
@@ -176,12 +186,15 @@ async def start_server(
         options=options,
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    models = ServedModels(repository, EngineLimits.from_settings(settings), metrics)
+    health = HealthServicer()
+    limits = EngineLimits.from_settings(settings)
+    workers = _worker_pool(settings, limits, metrics, health) if settings.engine_workers else None
+    # Blocking: each worker loads its model (all at once) before the port opens.
+    models = await asyncio.to_thread(ServedModels, repository, limits, metrics, workers)
     servicer = LanguageModelServicer(models, metrics)
     lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)
-    health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    await publish_health(health, repository)
+    await publish_health(health, models.entries())
     enable_reflection(  # v1 and v1alpha
         server,
         (
@@ -196,12 +209,17 @@ async def start_server(
         raise
     await server.start()
     running = RunningServer(
-        server, port, metrics, health, models, Reloader(models, health, metrics, scanner)
+        server, port, metrics, health, models, Reloader(models, health, metrics, scanner), workers
+    )
+    exposed = running.exposed = (
+        metrics.registry
+        if workers is None
+        else MergedRegistry(metrics.registry, workers.metric_families)
     )
     if settings.metrics_enabled:
         try:
             httpd, running.metrics_port = serve_metrics(
-                metrics.registry, settings.metrics_host, settings.metrics_port
+                exposed, settings.metrics_host, settings.metrics_port
             )
         except OSError as exc:  # taken since check_bindable looked
             await server.stop(None)
@@ -236,6 +254,21 @@ async def start_server(
         ", bearer-token auth" if token is not None else "",
     )
     return running
+
+
+def _worker_pool(
+    settings: Settings, limits: EngineLimits, metrics: Metrics, health: HealthServicer
+) -> WorkerPool:
+    """One engine worker process per model; a worker's death and restart show in health."""
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def on_health(model: str, serving: bool) -> None:
+        task = loop.create_task(set_model_health(health, model, serving))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    return WorkerPool(WorkerSettings.from_settings(settings), limits, metrics, loop, on_health)
 
 
 def check_bindable(host: str, port: int) -> None:

@@ -45,7 +45,22 @@ def clip_repr(value: object, limit: int = ECHO_LIMIT) -> str:
 
 
 class LmServeError(Exception):
-    """Base class of every error lmserve raises on purpose."""
+    """Base class of every error lmserve raises on purpose.
+
+    Errors cross from an engine worker process to the front pickled: `__reduce__` keeps the
+    message and attributes as they are, whatever the subclass's constructor takes."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild_error(
+    kind: type[LmServeError], args: tuple[object, ...], state: dict[str, object]
+) -> LmServeError:
+    error = kind.__new__(kind)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidArgument(LmServeError):

@@ -2,11 +2,20 @@
 
 metrics = Metrics(CollectorRegistry())
 metrics.requests.labels(method="Score", model="kjv", code="OK").inc()
+serve_metrics(MergedRegistry(metrics.registry, pool.metric_families), host, port)
+
+Each engine worker process keeps a `Metrics` of its own (the engine's counters: passes, steps,
+tokens, sessions); the front asks every live worker for its samples at each scrape and
+`MergedRegistry` serves them with the front's under the same names and labels, so /metrics
+reads as one server. (prometheus-client's multiprocess mode was the alternative: files per
+process and no live gauges; a scrape that asks costs one round trip per worker.)
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
 from prometheus_client.exposition import start_http_server
 
 # Scoring requests take from tens of microseconds to seconds.
@@ -138,6 +147,18 @@ class Metrics:
             ["model", "event"],
             registry=registry,
         )
+        self.worker_rss = Gauge(
+            "lmserve_engine_worker_rss_bytes",
+            "Resident memory of each model's engine worker process.",
+            ["model"],
+            registry=registry,
+        )
+        self.worker_restarts = Counter(
+            "lmserve_engine_worker_restarts",
+            "Engine worker processes started again after one died, by model.",
+            ["model"],
+            registry=registry,
+        )
         self.model_reloads = Counter(
             "lmserve_model_reloads",
             "Models a repository reload changed: added, replaced, removed, or failed (the "
@@ -182,6 +203,37 @@ class Metrics:
         if gauge is None:
             gauge = self._inflight[method] = self.inflight.labels(method=method)
         return gauge
+
+
+class MergedRegistry(CollectorRegistry):
+    """A registry's metrics with other processes' samples merged in by metric name: a sample
+    both have (same name and labels) is added up, any other is appended."""
+
+    def __init__(self, base: CollectorRegistry, others: Callable[[], Iterable[Metric]]) -> None:
+        super().__init__()
+        self._base = base
+        self._others = others
+
+    def collect(self) -> Iterator[Metric]:
+        families = {family.name: family for family in self._base.collect()}
+        for other in self._others():
+            family = families.get(other.name)
+            if family is None:
+                families[other.name] = other
+                continue
+            index = {
+                (s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(family.samples)
+            }
+            for sample in other.samples:
+                at = index.get((sample.name, tuple(sorted(sample.labels.items()))))
+                if at is not None and sample.name.endswith("_created"):
+                    continue  # a creation time: the front's stands
+                if at is None:
+                    family.samples.append(sample)
+                else:
+                    mine = family.samples[at]
+                    family.samples[at] = mine._replace(value=mine.value + sample.value)
+        yield from families.values()
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> tuple[object, int]:

@@ -122,6 +122,18 @@ class Settings(BaseSettings):
     # stopped reading) has its sequences parked, keeping their slots, until it drained to half.
     max_unread_events: int = Field(default=256, ge=1)
 
+    # -- engine workers ------------------------------------------------------------------------
+    # Each served model computes in an engine worker process of its own (`lmserve: engine
+    # NAME`), so the front's event loop never waits on a model and a crash stays with its model.
+    # false runs every model on threads of the front's own process (one interpreter).
+    engine_workers: bool = True
+    # A worker that is not READY (its model loaded) within this long counts as failed to start.
+    worker_start_timeout_seconds: float = Field(default=120.0, gt=0)
+    # A worker that dies is restarted (after 0.5 s, doubling up to 8 s); one that died more than
+    # this many times within the window marks its model failed instead (GetModel says why).
+    worker_max_restarts: int = Field(default=5, ge=0)
+    worker_restart_window_seconds: float = Field(default=60.0, gt=0)
+
     @model_validator(mode="after")
     def _check_security(self) -> Settings:
         """Half a TLS or auth configuration is a mistake to refuse, never to serve around."""

@@ -17,17 +17,15 @@ and the session stays usable from a new stream.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 from lmserve.server.api.model_use import same_model, use_model
 from lmserve.server.api.pipelining import read_ahead
 from lmserve.server.api.validation import check_text_bytes
-from lmserve.server.engine.completion import Completer
+from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit, new_session_id
 from lmserve.server.engine.limits import RequestLimits
 from lmserve.server.engine.served_model import ServedModel
 from lmserve.server.engine.served_models import ServedModels
-from lmserve.server.engine.sessions import Session
 from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 
@@ -53,24 +51,15 @@ async def complete_stream(
             )
         with use_model(models, first.model) as served:  # held for the whole stream
             session_id = _open(served, first)
-            completer = served.completer
             message: pb.CompleteRequest | Exception | None = first
             while message is not None:
                 if isinstance(message, BaseException):
                     raise message
                 _check_same_session(models, served, session_id, message)
-                session = completer.session(session_id)
-                async with _session_lock(session):
-                    response = await _apply(completer, served, limits, session, message)
-                    if inbox.empty():
-                        words = await completer.suggest(session, message.partial_word, message.k)
-                        response.completions.extend(
-                            pb.Completion(word=w, log_prob=lp) for w, lp in words
-                        )
-                    else:
-                        response.skipped = True
-                    completer.store(session)
-                yield response
+                newer = inbox.newer_request_waiting()
+                edit, names = _edit(served, limits, session_id, message, suggest=not newer)
+                answer = await served.complete(edit)
+                yield _response(served, message, answer, names)
                 message = await inbox.get()
     finally:
         reader.cancel()
@@ -78,7 +67,7 @@ async def complete_stream(
 
 def _open(served: ServedModel, first: pb.CompleteRequest) -> str:
     """The stream's session id (a new one when the first message has none)."""
-    session_id = first.session_id or served.completer.new_session_id()
+    session_id = first.session_id or new_session_id(served.name)
     if len(session_id) > _MAX_SESSION_ID:
         raise InvalidArgument("session_id", f"is longer than {_MAX_SESSION_ID} characters")
     owner, slash, _ = session_id.partition("/")
@@ -104,14 +93,6 @@ def _check_same_session(
         )
 
 
-def _session_lock(session: Session) -> asyncio.Lock:
-    """One stream at a time changes a session (two streams of one session queue)."""
-    if session.stream_lock is None:
-        session.stream_lock = asyncio.Lock()
-    lock: asyncio.Lock = session.stream_lock
-    return lock
-
-
 def _ids(served: ServedModel, message: pb.CompleteRequest) -> tuple[list[int], list[str]]:
     """The appended tokens as ids and as the tokens the client keeps in its context."""
     if message.append_text and message.append_tokens:
@@ -132,14 +113,17 @@ def _ids(served: ServedModel, message: pb.CompleteRequest) -> tuple[list[int], l
     return ids, served.token_names_of_text(message.append_text, ids)
 
 
-async def _apply(
-    completer: Completer,
+def _edit(
     served: ServedModel,
     limits: RequestLimits,
-    session: Session,
+    session_id: str,
     message: pb.CompleteRequest,
-) -> pb.CompleteResponse:
-    """Checks every field, then applies the message's context edits to the session."""
+    *,
+    suggest: bool,
+) -> tuple[CompleteEdit, list[str]]:
+    """Checks every field that needs no session and encodes the message as the engine's edit;
+    what depends on the session (rollback past the start, the context's length) the engine
+    checks (`Completer.apply`). Also returns the appended tokens as the client keeps them."""
     if not 1 <= message.k <= limits.max_completions:
         raise InvalidArgument(
             "k", f"is {message.k}; ask for 1 to {limits.max_completions} completions"
@@ -153,34 +137,35 @@ async def _apply(
     )
     check_text_bytes("append_text", message.append_text, limits)
     appended, names = _ids(served, message)
-    length = len(context) if context is not None else len(session.context)
-    if message.reset:
-        length = 0
-    if message.rollback_tokens > length:
-        raise InvalidArgument(
-            "rollback_tokens",
-            f"is {message.rollback_tokens}, but the context holds only {length} tokens",
-        )
-    total = length - message.rollback_tokens + len(appended)
-    if total > limits.max_tokens_per_text:
-        field = "context.tokens" if not appended else "append_text"
-        raise InvalidArgument(
-            field,
-            f"the context would hold {total} tokens, more than the limit of "
-            f"{limits.max_tokens_per_text}",
-        )
-    rebuilt = False
-    if context is not None:
-        rebuilt = await completer.set_context(session, context)
-    if message.reset and session.context:
-        await completer.set_context(session, [])
-    await completer.rollback(session, message.rollback_tokens)
-    await completer.append(session, appended)
-    return pb.CompleteResponse(
-        session_id=session.session_id,
-        context_tokens=len(session.context),
+    edit = CompleteEdit(
+        session_id,
+        context=context,
+        reset=message.reset,
+        rollback=message.rollback_tokens,
+        append=appended,
+        partial=message.partial_word,
+        k=message.k,
+        suggest=suggest,
+        append_field="append_tokens" if message.append_tokens else "append_text",
+    )
+    return edit, names
+
+
+def _response(
+    served: ServedModel, message: pb.CompleteRequest, answer: CompleteAnswer, names: list[str]
+) -> pb.CompleteResponse:
+    response = pb.CompleteResponse(
+        session_id=answer.session_id,
+        context_tokens=answer.context_tokens,
         sequence=message.sequence,
         appended_tokens=names,
-        rebuilt=rebuilt,
+        rebuilt=answer.rebuilt,
         model=served.name,
     )
+    if answer.completions is None:
+        response.skipped = True
+    else:
+        response.completions.extend(
+            pb.Completion(word=w, log_prob=lp) for w, lp in answer.completions
+        )
+    return response

@@ -19,8 +19,8 @@ from lmserve.server.decoding.params import (
     SamplingParams,
     StoppingParams,
 )
-from lmserve.server.engine.generation_limits import GenerationLimits
-from lmserve.server.engine.sequence import Event, FinishEvent
+from lmserve.server.engine.generation.limits import GenerationLimits
+from lmserve.server.engine.generation.sequence import Event, FinishEvent
 from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 

@@ -1,6 +1,6 @@
 """gRPC health (`grpc.health.v1`): the service overall and one entry per model.
 
-    health = HealthServicer(); await publish_health(health, repository)
+    health = HealthServicer(); await publish_health(health, models.entries())
 
 "" and `lmserve.v1.LanguageModelService` are SERVING when at least one model serves;
 `lmserve.v1.LanguageModelService/<model>` is SERVING or NOT_SERVING per model. `List` (added
@@ -9,12 +9,13 @@ to grpc.health.v1 after grpcio's servicer was written) answers every service and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer as _GrpcHealthServicer
 
-from lmserve.server.registry.repository import ModelRepository, ModelState
+from lmserve.server.registry.repository import ModelEntry, ModelState
 
 SERVICE_NAME = "lmserve.v1.LanguageModelService"
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -39,10 +40,9 @@ def model_service_name(model: str) -> str:
     return f"{SERVICE_NAME}/{model}"
 
 
-async def publish_health(health: HealthServicer, repository: ModelRepository) -> None:
-    """Sets every status from the repository's current state; models no longer in it (a
-    reload removed them) go NOT_SERVING."""
-    entries = repository.entries()
+async def publish_health(health: HealthServicer, entries: Sequence[ModelEntry]) -> None:
+    """Sets every status from the models' current state; models no longer listed (a reload
+    removed them) go NOT_SERVING."""
     names = {model_service_name(e.name) for e in entries}
     prefix = model_service_name("")
     for service in list(health._server_status):
@@ -54,3 +54,8 @@ async def publish_health(health: HealthServicer, repository: ModelRepository) ->
     for entry in entries:
         status = SERVING if entry.state is ModelState.READY else NOT_SERVING
         await health.set(model_service_name(entry.name), status)
+
+
+async def set_model_health(health: HealthServicer, model: str, serving: bool) -> None:
+    """One model's status (its engine worker died, or is serving again)."""
+    await health.set(model_service_name(model), SERVING if serving else NOT_SERVING)

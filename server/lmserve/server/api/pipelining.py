@@ -24,13 +24,22 @@ Response = TypeVar("Response")
 READ_AHEAD = 4
 
 
+class ReadAhead(asyncio.Queue[Request | Exception | None]):
+    """The requests read ahead: each request, then None at the end of the stream or the
+    exception that ended the reading."""
+
+    def newer_request_waiting(self) -> bool:
+        """Whether a request (not the end of the stream) is already waiting."""
+        return any(item is not None for item in self._queue)  # type: ignore[attr-defined]
+
+
 def read_ahead(
     requests: AsyncIterator[Request], size: int = READ_AHEAD
-) -> tuple[asyncio.Queue[Request | Exception | None], asyncio.Task[None]]:
+) -> tuple[ReadAhead[Request], asyncio.Task[None]]:
     """A task that reads up to `size` requests ahead into a queue: each request, then None at
     the end or the exception that ended the reading (for the handler to raise in its turn).
     Cancel the task when the handler ends first."""
-    ahead: asyncio.Queue[Request | Exception | None] = asyncio.Queue(size)
+    ahead: ReadAhead[Request] = ReadAhead(size)
 
     async def read() -> None:
         try:

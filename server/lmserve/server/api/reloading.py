@@ -46,7 +46,7 @@ class Reloader:
         """One rescan and swap; a reload asked for while one runs waits and runs after it."""
         async with self._lock:
             result = await asyncio.to_thread(self._rescan_and_swap)
-            await publish_health(self.health, self.models.repository)
+            await publish_health(self.health, self.models.entries())
             self._record(result)
             return result
 

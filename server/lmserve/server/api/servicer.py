@@ -28,7 +28,7 @@ from lmserve.server.api.validation import (
 )
 from lmserve.server.decoding.scoring import PerplexityAccumulator, ScoredTexts, ScoreOptions
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine.sequence import FinishEvent
+from lmserve.server.engine.generation.sequence import FinishEvent
 from lmserve.server.engine.served_model import ServedModel, TextInput
 from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.errors import (

@@ -15,7 +15,7 @@ about gRPC.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -100,6 +100,13 @@ class PreparedScoring:
     def scored_tokens(self) -> int:
         """Positions the backend scores (`</s>` included when eos is on)."""
         return len(self.batch.ids) + (len(self.lengths) if self.options.eos else 0)
+
+    def for_engine(self) -> PreparedScoring:
+        """What the engine needs to score it (the ids and options), without the words that only
+        `Scorer.finish` reads: less to carry to an engine worker."""
+        if self.words is None and self.word_lists is None:
+            return self
+        return replace(self, words=None, word_lists=None)
 
     def run(self, backend: LanguageModelBackend) -> BatchScores:
         """The whole batch in one backend call (the engine cuts it into units instead)."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lmserve.server.engine.generation_limits import GenerationLimits
-from lmserve.server.engine.scoring_queue import ScoringLimits
-from lmserve.server.engine.sessions import SessionLimits
+from lmserve.server.engine.autocomplete.sessions import SessionLimits
+from lmserve.server.engine.generation.limits import GenerationLimits
+from lmserve.server.engine.scoring.queue import ScoringLimits
 from lmserve.server.settings import Settings
 
 

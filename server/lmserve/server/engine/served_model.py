@@ -1,41 +1,38 @@
-"""One `ServedModel` per loaded model: everything that serves it, behind one set of methods.
+"""One `ServedModel` per loaded model: the front's side of it, behind one set of methods.
 
-    served = ServedModel(entry, EngineLimits(), metrics)
+    served = ServedModel(entry, EngineLimits(), metrics, engine)
     scored = await served.score(TextInput(texts=["the cat"]), ScoreOptions(), deadline=None)
     stream = served.generate(prompt_ids, params, deadline)     # continuous batching
     hypotheses = await served.beam_search(prompt_ids, params, deadline)
+    answer = await served.complete(CompleteEdit(session_id, partial="th", k=3))
 
-It owns the model's backend and codec (from the registry's `ModelEntry`), its scoring queue
-(bounded, fair units on a worker thread), its generation scheduler and its beam searches (both
-created on first use), and the limits they are held to. The API layer converts messages and
-calls these methods; it never reaches into a backend. Compute never runs on the event loop,
-except n-gram scoring small enough to cost less than a thread hop (`ScoringQueue`).
+It keeps the text side of the model (its codec: tokenizing, the limits a text is held to,
+detokenized token texts) and hands all compute to its `engine`: an `EngineCore` in an engine
+worker process of the model's own (`workers.WorkerEngine`), or in this process. The one
+exception is n-gram scoring small enough to cost less than a hop (a few thousand lookups in
+the C kernel, tens of microseconds): it runs here (`ScoringLimits.runs_inline`). The API
+layer converts messages and calls these methods; it never reaches into a backend.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
-from lmserve.server.backends.stepping import Stepper, make_stepper
+from lmserve.server.backends.base import BatchScores, LanguageModelBackend, Vocabulary
+from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory, token_texts
-from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.decoding.scoring import PreparedScoring, ScoredTexts, ScoreOptions, Scorer
-from lmserve.server.engine.beam_runner import BeamRunner
-from lmserve.server.engine.completion import Completer
+from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit
+from lmserve.server.engine.core import PrefixTotals
+from lmserve.server.engine.generation.sequence import GenerationRequest, GenerationStream
 from lmserve.server.engine.limits import EngineLimits
-from lmserve.server.engine.scheduler import GenerationScheduler
-from lmserve.server.engine.scoring_queue import ScoringQueue
-from lmserve.server.engine.sequence import GenerationRequest, GenerationStream
 from lmserve.server.errors import InvalidArgument, Unimplemented
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry
@@ -43,6 +40,35 @@ from lmserve.server.text.codec import TextCodec, WordCodec
 
 # Requests with more characters than this are tokenized off the event loop.
 _INLINE_ENCODE_CHARS = 65_536
+
+
+class ModelEngine(Protocol):
+    """What computes for a model: `EngineCore` in-process, or `workers.WorkerEngine`."""
+
+    async def score(
+        self, prepared: PreparedScoring, deadline: float | None = None
+    ) -> BatchScores: ...
+
+    async def prefix_totals(
+        self,
+        ids: npt.NDArray[np.integer],
+        offsets: npt.NDArray[np.integer],
+        *,
+        eos: bool,
+        deadline: float | None = None,
+    ) -> PrefixTotals: ...
+
+    def generate(self, request: GenerationRequest) -> GenerationStream: ...
+
+    async def beam_search(
+        self, prompt_ids: Sequence[int], params: Any, deadline: float | None
+    ) -> list[Any]: ...
+
+    async def complete(self, edit: CompleteEdit) -> CompleteAnswer: ...
+
+    def close(self) -> None: ...
+
+    def join(self, timeout: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -74,37 +100,24 @@ class LmScores:
 
 
 class ServedModel:
-    """Serves one READY model: scoring, generation and beam search (see the module doc)."""
+    """Serves one READY model: text here, compute on its engine (see the module doc)."""
 
     def __init__(
-        self, entry: ModelEntry, limits: EngineLimits, metrics: Metrics | None = None
+        self,
+        entry: ModelEntry,
+        limits: EngineLimits,
+        metrics: Metrics | None,
+        engine: ModelEngine,
     ) -> None:
         assert entry.scorer is not None, "only READY models are served"
         self.entry = entry
         self.name = entry.name
         self.limits = limits
         self.scorer: Scorer = entry.scorer
+        self.engine = engine
         self._metrics = metrics
-        self.stepper: Stepper = make_stepper(self.backend)
-        # A model that computes without the GIL (ONNX Runtime, torch) is neural: all its
-        # scoring goes to the worker; the n-gram kernel's small requests run inline.
-        self._scoring = ScoringQueue(
-            self.name, self.backend, limits.scoring, metrics, inline=not self.stepper.releases_gil
-        )
-        self._scheduler: GenerationScheduler | None = None
-        self._lock = threading.Lock()
-        self.beams = BeamRunner(self.name, self.stepper, limits.generation)
-        manifest = entry.manifest
-        # Autocomplete: the word prefix index is built here, at load.
-        self.completer = Completer(
-            self.name,
-            self.backend,
-            self.stepper,
-            self.codec,
-            limits.sessions,
-            metrics,
-            lowercase=bool(manifest and manifest.tokenizer.lowercase),
-        )
+        # A model that computes without the GIL (ONNX Runtime, torch) is neural.
+        self.neural = make_stepper(self.backend).releases_gil
 
     @property
     def backend(self) -> LanguageModelBackend:
@@ -129,7 +142,7 @@ class ServedModel:
         oov_log_probs: bool = False,
         deadline: float | None = None,
     ) -> ScoredTexts:
-        """Scores texts in bounded units on the model's worker; natural logs."""
+        """Scores texts in bounded units on the model's engine; natural logs."""
         prepared = await self.prepare(texts, options, details=details, oov_log_probs=oov_log_probs)
         return await self.score_prepared(prepared, deadline)
 
@@ -168,8 +181,11 @@ class ServedModel:
     async def score_prepared(
         self, prepared: PreparedScoring, deadline: float | None = None
     ) -> ScoredTexts:
-        """Scores a prepared request through the model's scoring queue."""
-        scores = await self._scoring.score(prepared, deadline)
+        """Scores a prepared request: inline when cheaper than a hop, else on the engine."""
+        if self.limits.scoring.runs_inline(self.neural, prepared.scored_tokens):
+            scores = prepared.run(self.backend)
+        else:
+            scores = await self.engine.score(prepared.for_engine(), deadline)
         scored = self.scorer.finish(prepared, scores)
         if self._metrics is not None:
             self._metrics.record_scored(self.name, len(scored), scored.total_tokens)
@@ -179,11 +195,11 @@ class ServedModel:
         self, texts: TextInput, options: ScoreOptions, deadline: float | None = None
     ) -> LmScores:
         """Totals equal to Score's for the same texts and options, for many hypotheses that
-        share prefixes: a neural model feeds each distinct prefix once (a trie over all the
-        texts, `decoding.prefix_scoring`), one batched step per work unit on the model's
-        worker; an n-gram model scores every position (lookups cost less than sharing)."""
+        share prefixes: a neural model feeds each distinct prefix once (`EngineCore.
+        prefix_totals`); an n-gram model scores every position (lookups cost less than
+        sharing)."""
         prepared = await self.prepare(texts, options)
-        if not self.stepper.releases_gil:
+        if not self.neural:
             scored = await self.score_prepared(prepared, deadline)
             tokens = prepared.scored_tokens
             return LmScores(scored.log_probs, prepared.lengths, scored.oov_counts, tokens, tokens)
@@ -192,30 +208,22 @@ class ServedModel:
                 "recurrent models always read <s> first: options.bos=false is not available"
             )
         batch = prepared.batch
-        bounds = batch.offsets.tolist()
-        ids = batch.ids.tolist()
-        trie = PrefixTrie.build([ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False)])
-        scoring = PrefixScoring(
-            self.stepper,
-            trie,
-            eos=options.eos,
-            rows_per_step=self.limits.scoring.unit_tokens,  # a row is one position
+        shared = await self.engine.prefix_totals(
+            batch.ids, batch.offsets, eos=options.eos, deadline=deadline
         )
-        await self._scoring.run_steps(scoring.steps(), trie.nodes, deadline)
         if self._metrics is not None:
             self._metrics.record_scored(self.name, batch.batch_size, prepared.scored_tokens)
-            self._metrics.rerank_computed_tokens.labels(model=self.name).inc(scoring.computed)
+            self._metrics.rerank_computed_tokens.labels(model=self.name).inc(shared.computed)
             self._metrics.rerank_request_tokens.labels(model=self.name).inc(prepared.scored_tokens)
         return LmScores(
-            scoring.totals,
+            shared.totals,
             prepared.lengths,
             prepared.oov_counts,
             prepared.scored_tokens,
-            scoring.computed,
+            shared.computed,
         )
 
     # -- generation ----------------------------------------------------------------------------
-
     @functools.cached_property
     def token_texts(self) -> list[str]:
         """Each token as text on its own (BPE pieces decoded, no `</w>`), for the alternatives
@@ -259,49 +267,32 @@ class ServedModel:
         words_of = self.vocab.words
         return [words_of[i] for i in ids]
 
-    @property
-    def scheduler(self) -> GenerationScheduler:
-        """The model's continuous-batching scheduler, started on first use."""
-        with self._lock:
-            if self._scheduler is None:
-                self._scheduler = GenerationScheduler(
-                    self.name,
-                    self.stepper,
-                    self.vocab,
-                    self.limits.generation,
-                    self._metrics,
-                    self.detokenizer(),
-                )
-            return self._scheduler
-
     def generate(
         self, prompt_ids: list[int], params: Any, deadline: float | None
     ) -> GenerationStream:
-        """Queues a Generate request; Overloaded when the model's queue is full."""
-        return self.scheduler.submit(GenerationRequest(prompt_ids, params, deadline))
+        """Queues a Generate request on the engine; Overloaded when the model's queue is
+        full (raised here, or by the stream when the engine is another process)."""
+        return self.engine.generate(GenerationRequest(prompt_ids, params, deadline))
 
     async def beam_search(
         self, prompt_ids: list[int], params: Any, deadline: float | None
     ) -> list[Any]:
-        """The n best continuations, on the model's beam threads (`BeamRunner`): stopped
-        within a step when the caller leaves or the deadline passes."""
-        return await self.beams.run(prompt_ids, params, deadline)
+        """The n best continuations: stopped within a step when the caller leaves or the
+        deadline passes."""
+        return await self.engine.beam_search(prompt_ids, params, deadline)
+
+    # -- autocomplete --------------------------------------------------------------------------
+
+    async def complete(self, edit: CompleteEdit) -> CompleteAnswer:
+        """One Complete message's edits applied to the engine's session, and the answer."""
+        return await self.engine.complete(edit)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops the model's threads; never waits behind model work."""
-        self._scoring.close()
-        self.completer.close()
-        self.beams.close()
-        with self._lock:
-            scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None:
-            scheduler.close(timeout=0.5)
+        """Stops the engine (its threads, or its worker process); never waits behind work."""
+        self.engine.close()
 
     def join(self, timeout: float) -> None:
-        """After `close`: waits (at most `timeout` s) for the work in flight (one pass, one
-        step) to end, so no model code runs while the process exits."""
-        deadline = time.monotonic() + timeout
-        for part in (self._scoring, self.completer, self.beams):
-            part.join(max(0.0, deadline - time.monotonic()))
+        """After `close`: waits (at most `timeout` s) for the engine's work in flight."""
+        self.engine.join(timeout)

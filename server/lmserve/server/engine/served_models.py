@@ -1,12 +1,15 @@
 """The served models of a repository, by name: READY ones as `ServedModel`s, failed ones kept.
 
-    models = ServedModels(repository, EngineLimits(), metrics)
+    models = ServedModels(repository, EngineLimits(), metrics, engines)  # engines: see below
     with models.use("kjv-5gram") as served:     # or "kjv-5gram@3": the manifest's version
         await served.score(...)
     [entry.name for entry in models.entries()]
 
 The registry loads (manifest -> backend -> `ModelEntry`); this map turns each READY entry into
-the `ServedModel` that serves it. Failed entries stay listed, with their load error.
+the `ServedModel` that serves it, with the engine that `engines` starts for it: an engine worker
+process per model (`workers.WorkerPool`), or an in-process `EngineCore` (the default here).
+Failed entries stay listed, with their load error; so does a model whose engine worker keeps
+dying (`entries()` shows it FAILED with the reason, until a reload replaces it).
 
 Hot reload (`swap`) replaces the map atomically: an unchanged entry keeps its `ServedModel`
 (sessions, queues, schedulers), a new or changed one gets a new `ServedModel`. A replaced or
@@ -18,13 +21,15 @@ and closes an idle old model without waiting.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from lmserve.server.engine.core import EngineCore
 from lmserve.server.engine.limits import EngineLimits
-from lmserve.server.engine.served_model import ServedModel
+from lmserve.server.engine.served_model import ModelEngine, ServedModel
 from lmserve.server.errors import ModelNotFound, ModelUnavailable
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry, ModelRepository, ModelState
@@ -36,30 +41,60 @@ def split_version(model: str) -> tuple[str, str | None]:
     return (name, version) if at else (model, None)
 
 
+# Starts the engines of some READY entries, in their order (several at once where it can).
+EngineFactory = Callable[[Sequence[ModelEntry]], list[ModelEngine]]
+
+
+def in_process_engines(limits: EngineLimits, metrics: Metrics | None) -> EngineFactory:
+    """Engines on this process's own threads (tests of the engine, `engine_workers: false`)."""
+
+    def start(entries: Sequence[ModelEntry]) -> list[ModelEngine]:
+        return [EngineCore(entry, limits, metrics) for entry in entries]
+
+    return start
+
+
 class ServedModels:
     """Names to served models; the API layer's only way to a model."""
 
     def __init__(
-        self, repository: ModelRepository, limits: EngineLimits, metrics: Metrics | None = None
+        self,
+        repository: ModelRepository,
+        limits: EngineLimits,
+        metrics: Metrics | None = None,
+        engines: EngineFactory | None = None,
     ) -> None:
         self.repository = repository
         self.limits = limits
         self._metrics = metrics
+        self._engines = engines or in_process_engines(limits, metrics)
         self._lock = threading.RLock()
         self._users: dict[ServedModel, int] = {}
         self._retired: set[ServedModel] = set()
         # The models `close` stopped, for `join` to wait on.
         self._closing: list[ServedModel] = []
         self._closed = False
-        self._served = {
-            entry.name: ServedModel(entry, limits, metrics)
-            for entry in repository.entries()
-            if entry.state is ModelState.READY
-        }
+        ready = [e for e in repository.entries() if e.state is ModelState.READY]
+        self._served = {served.name: served for served in self._serve(ready)}
+
+    def _serve(self, entries: Sequence[ModelEntry]) -> list[ServedModel]:
+        engines = self._engines(entries)
+        return [
+            ServedModel(entry, self.limits, self._metrics, engine)
+            for entry, engine in zip(entries, engines, strict=True)
+        ]
 
     def entries(self) -> list[ModelEntry]:
-        """Every model of the repository, READY or not, sorted by name."""
-        return self.repository.entries()
+        """Every model of the repository, READY or not, sorted by name; a READY model whose
+        engine failed for good shows FAILED, with the reason."""
+        return [self._shown(entry) for entry in self.repository.entries()]
+
+    def _shown(self, entry: ModelEntry) -> ModelEntry:
+        served = self._served.get(entry.name)
+        failure = _engine_failure(served) if served is not None else None
+        if failure is None or entry.state is not ModelState.READY:
+            return entry
+        return dataclasses.replace(entry, state=ModelState.FAILED, load_error=failure)
 
     def names(self) -> list[str]:
         return self.repository.names()
@@ -72,7 +107,11 @@ class ServedModels:
         return model if model in self.repository else split_version(model)[0]
 
     def entry(self, model: str) -> ModelEntry:
-        """The entry of `name` or `name@version` (ModelNotFound for another version)."""
+        """The entry of `name` or `name@version` (ModelNotFound for another version), as
+        `entries()` shows it."""
+        return self._shown(self._entry(model))
+
+    def _entry(self, model: str) -> ModelEntry:
         repository = self.repository
         if model in repository:
             return repository.get(model)
@@ -90,10 +129,13 @@ class ServedModels:
         """The model if it serves; ModelNotFound or ModelUnavailable (with its load error).
         Calls that await work on it should hold it through `use()` instead."""
         with self._lock:  # the repository and the map of one swap, never of two
-            entry = self.entry(model)
+            entry = self._entry(model)
             served = self._served.get(entry.name)
         if served is not None:
-            return served
+            failure = _engine_failure(served)
+            if failure is None:
+                return served
+            raise ModelUnavailable(f"model {entry.name!r} stopped serving: {failure}")
         raise ModelUnavailable(f"model {entry.name!r} failed to load: {entry.load_error}")
 
     @contextmanager
@@ -130,6 +172,7 @@ class ServedModels:
         retired and closed when their last request ends. Returns the retired ones."""
         current = dict(self._served)
         served: dict[str, ServedModel] = {}
+        fresh: list[ModelEntry] = []
         for entry in repository.entries():
             if entry.state is not ModelState.READY:
                 continue
@@ -137,14 +180,16 @@ class ServedModels:
             if old is not None and old.entry is entry:
                 served[entry.name] = old
             else:
-                served[entry.name] = ServedModel(entry, self.limits, self._metrics)
+                fresh.append(entry)
+        # New engines start (a worker each, loading its model) before any old one stops.
+        for model in self._serve(fresh):
+            served[model.name] = model
         kept = {id(s) for s in served.values()}
         retired = [s for s in current.values() if id(s) not in kept]
         idle = []
         with self._lock:
             if self._closed:  # the server stopped while the reload loaded: serve nothing new
-                fresh = [s for s in served.values() if s not in current.values()]
-                for model in fresh:
+                for model in [s for s in served.values() if s not in current.values()]:
                     model.close()
                 return []
             self._served = served
@@ -176,3 +221,9 @@ class ServedModels:
         deadline = time.monotonic() + timeout
         for served in self._closing:
             served.join(max(0.0, deadline - time.monotonic()))
+
+
+def _engine_failure(served: ServedModel) -> str | None:
+    """Why the model's engine stopped for good (a worker that kept dying), else None."""
+    failure: str | None = getattr(served.engine, "failure", None)
+    return failure

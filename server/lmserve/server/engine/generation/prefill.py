@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.stepping import Stepper
-from lmserve.server.engine.sequence import GenerationStream
+from lmserve.server.engine.generation.sequence import GenerationStream
 
 
 class _Reading:

@@ -97,6 +97,10 @@ class GenerationStream:
     def cancel(self) -> None:
         self.cancelled = True
 
+    def on_taken(self) -> None:
+        """Called after the handler took events (`taken` grew): a stream whose scheduler is
+        in another process reports it there (`workers.connection.WorkerStream`)."""
+
     @property
     def unread(self) -> int:
         """Events handed over but not yet taken by the handler (a slow reader's backlog)."""
@@ -146,6 +150,7 @@ class GenerationStream:
                 if waker is not None and self.unread < self.resume_below:
                     self.waker = None
                     waker()  # the scheduler resumes it now, not at its next poll
+                self.on_taken()
                 yield item
         finally:
             if self._unfinished > 0:  # the consumer left early (client gone, error)

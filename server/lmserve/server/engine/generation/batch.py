@@ -25,8 +25,8 @@ import numpy.typing as npt
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.detokenize import Detokenizer
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine import decoding_bridge as bridge
-from lmserve.server.engine.sequence import (
+from lmserve.server.engine.generation import decoding_bridge as bridge
+from lmserve.server.engine.generation.sequence import (
     Event,
     FinishEvent,
     GenerationStream,

@@ -40,8 +40,8 @@ import numpy as np
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend
 from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.engine.retry_estimate import Throughput, drain_delay
-from lmserve.server.engine.scoring_jobs import Job, StepJob, resolve
-from lmserve.server.engine.scoring_units import concat, cut_units, gather
+from lmserve.server.engine.scoring.jobs import Job, StepJob, resolve
+from lmserve.server.engine.scoring.units import concat, cut_units, gather
 from lmserve.server.errors import DeadlineExceeded, ModelUnavailable, Overloaded
 from lmserve.server.metrics import Metrics
 
@@ -64,6 +64,12 @@ class ScoringLimits:
     max_queued_tokens: int = 4_000_000
     # Requests up to this many positions on a model that runs inline (n-gram) skip the queue.
     inline_tokens: int = 8192
+
+    def runs_inline(self, neural: bool, tokens: int) -> bool:
+        """Whether scoring `tokens` positions costs less than handing them to a thread or a
+        worker process: n-gram lookups in the C kernel, a few thousand of them (tens of
+        microseconds, against 50-100 us for a hop). Never a neural model's passes."""
+        return not neural and tokens <= self.inline_tokens
 
 
 class ScoringQueue:
@@ -101,7 +107,7 @@ class ScoringQueue:
     async def score(self, prepared: PreparedScoring, deadline: float | None = None) -> BatchScores:
         """The backend's scores for a prepared request; raises DeadlineExceeded, Overloaded."""
         tokens = prepared.scored_tokens
-        if self._inline and tokens <= self.limits.inline_tokens:
+        if self._inline and self.limits.runs_inline(False, tokens):
             return prepared.run(self.backend)
         job = self._job(prepared, deadline, tokens)
         self._enqueue(job)

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import threading
 
-from lmserve.server.engine.sequence import Event, GenerationStream
+from lmserve.server.engine.generation.sequence import Event, GenerationStream
 
 Items = list[tuple[GenerationStream, list[Event] | BaseException]]
 

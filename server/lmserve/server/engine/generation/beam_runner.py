@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.beam import Hypothesis, beam_search
 from lmserve.server.decoding.params import BeamParams
-from lmserve.server.engine.generation_limits import GenerationLimits
+from lmserve.server.engine.generation.limits import GenerationLimits
 from lmserve.server.engine.handoff import settle
 from lmserve.server.engine.retry_estimate import Throughput, drain_delay
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded

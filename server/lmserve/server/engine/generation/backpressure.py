@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine.batch import ActiveSequence, Rows, RunningBatch, expired
-from lmserve.server.engine.sequence import Event, GenerationStream
+from lmserve.server.engine.generation.batch import ActiveSequence, Rows, RunningBatch, expired
+from lmserve.server.engine.generation.sequence import Event, GenerationStream
 
 
 class Parking:

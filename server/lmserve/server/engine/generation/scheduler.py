@@ -35,20 +35,20 @@ from typing import Any
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine.admission import Admission
-from lmserve.server.engine.backpressure import Parking
-from lmserve.server.engine.batch import (
+from lmserve.server.engine.generation.admission import Admission
+from lmserve.server.engine.generation.backpressure import Parking
+from lmserve.server.engine.generation.batch import (
     ActiveSequence,
     RunningBatch,
     expired,
     finish_event,
     output_error,
 )
-from lmserve.server.engine.delivery import Items, Poster
-from lmserve.server.engine.generation_limits import GenerationLimits
-from lmserve.server.engine.prefill import Prefill
+from lmserve.server.engine.generation.delivery import Items, Poster
+from lmserve.server.engine.generation.limits import GenerationLimits
+from lmserve.server.engine.generation.prefill import Prefill
+from lmserve.server.engine.generation.sequence import Event, GenerationRequest, GenerationStream
 from lmserve.server.engine.retry_estimate import slot_delay
-from lmserve.server.engine.sequence import Event, GenerationRequest, GenerationStream
 from lmserve.server.errors import Overloaded
 from lmserve.server.metrics import Metrics
 
@@ -76,6 +76,8 @@ class GenerationScheduler:
         limits: GenerationLimits,
         metrics: Metrics | None = None,
         detokenizer: Callable[[], Detokenizer] | None = None,
+        *,
+        poster: Poster | None = None,
     ) -> None:
         self.model = model
         self.stepper = stepper
@@ -93,7 +95,7 @@ class GenerationScheduler:
         self._closed = False
         # Prefilling samples hold their slots; read by `submit` on the event loop.
         self._prefilling = 0
-        self._poster = Poster(courier=stepper.releases_gil, name=f"lmserve-post-{model}")
+        self._poster = poster or Poster(courier=stepper.releases_gil, name=f"lmserve-post-{model}")
         self._set_pending(0)
         self._thread = threading.Thread(
             target=self._run, name=f"lmserve-generate-{model}", daemon=True
@@ -125,11 +127,16 @@ class GenerationScheduler:
 
     # -- the event loop's side -------------------------------------------------------------
 
-    def submit(self, request: GenerationRequest) -> GenerationStream:
+    def submit(
+        self,
+        request: GenerationRequest,
+        make_stream: Callable[[GenerationRequest, int], GenerationStream] | None = None,
+    ) -> GenerationStream:
         """Queues a request; Overloaded when it would have to wait and the queue is full (or
-        the scheduler is closing). Call on the event loop."""
+        the scheduler is closing). Call on the event loop. `make_stream` makes its stream
+        (an engine worker's carries the front's id)."""
         self._poster.loop = asyncio.get_running_loop()
-        stream = GenerationStream(request, request.params.n)
+        stream = (make_stream or GenerationStream)(request, request.params.n)
         with self._cond:
             if self._closed:
                 raise Overloaded(f"the generation scheduler of {self.model!r} is shutting down")

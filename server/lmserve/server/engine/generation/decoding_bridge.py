@@ -21,7 +21,7 @@ from lmserve.server.decoding.detokenize import Detokenizer
 from lmserve.server.decoding.params import GenerateParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
 from lmserve.server.decoding.stopping import FinishReason, StopChecker
-from lmserve.server.engine.sequence import GenerationRequest
+from lmserve.server.engine.generation.sequence import GenerationRequest
 
 
 class _SampleDecoder:

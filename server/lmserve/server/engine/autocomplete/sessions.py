@@ -52,7 +52,7 @@ class Session:
     last_used: float = field(default_factory=time.monotonic)
     # What the cache counted for this session when it was last stored.
     counted_bytes: int = 0
-    # Created by the API layer on its event loop: one stream at a time changes the session.
+    # Created by `Completer.apply` on its event loop: one message at a time changes the session.
     stream_lock: Any = None
 
     @property

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from lmserve.server.engine.generation_limits import GenerationLimits
-from lmserve.server.engine.sequence import GenerationStream
+from lmserve.server.engine.generation.limits import GenerationLimits
+from lmserve.server.engine.generation.sequence import GenerationStream
 from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
 
 

@@ -5,6 +5,7 @@
     rebuilt = await completer.set_context(session, ids)   # reuse when equal, else rebuild
     await completer.rollback(session, 2); await completer.append(session, ids)
     words = await completer.suggest(session, "th", k=3)   # [(word, log P(word | context))]
+    answer = await completer.apply(CompleteEdit(session_id, rollback=1, partial="th", k=3))
 
 Costs by construction: a keystroke that only changes the partial word costs no model step
 (the distribution after the context is kept in the session); an appended token costs one
@@ -23,7 +24,6 @@ boundary, and the top k come from a best-first search with an expansion budget
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import numpy as np
@@ -32,8 +32,9 @@ import numpy.typing as npt
 from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.completion import top_k_subword_words, top_k_words
-from lmserve.server.engine.session_steps import SessionSteps
-from lmserve.server.engine.sessions import Session, SessionCache, SessionLimits
+from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit, new_session_id
+from lmserve.server.engine.autocomplete.session_steps import SessionSteps
+from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.metrics import Metrics
 from lmserve.server.text.codec import TextCodec, WordCodec
@@ -60,8 +61,10 @@ class Completer:
         metrics: Metrics | None = None,
         *,
         lowercase: bool = False,
+        max_context_tokens: int = 100_000,
     ) -> None:
         self.model = model
+        self.max_context_tokens = max_context_tokens
         self.backend = backend
         self.stepper = stepper
         self.codec = codec
@@ -80,7 +83,7 @@ class Completer:
     # -- sessions ------------------------------------------------------------------------------
 
     def new_session_id(self) -> str:
-        return f"{self.model}/{uuid.uuid4().hex}"
+        return new_session_id(self.model)
 
     def session(self, session_id: str) -> Session:
         """The held session, or a new empty one under that id (a miss)."""
@@ -91,6 +94,41 @@ class Completer:
         self.cache.put(session)
 
     # -- context edits -------------------------------------------------------------------------
+
+    async def apply(self, edit: CompleteEdit) -> CompleteAnswer:
+        """Applies one message's edits to its session, in order, and answers it (see
+        `edits`). Checks what depends on the session first; one message at a time per
+        session (two streams of one session queue)."""
+        session = self.session(edit.session_id)
+        if session.stream_lock is None:
+            session.stream_lock = asyncio.Lock()
+        async with session.stream_lock:
+            length = len(edit.context) if edit.context is not None else len(session.context)
+            if edit.reset:
+                length = 0
+            if edit.rollback > length:
+                raise InvalidArgument(
+                    "rollback_tokens",
+                    f"is {edit.rollback}, but the context holds only {length} tokens",
+                )
+            total = length - edit.rollback + len(edit.append)
+            if total > self.max_context_tokens:
+                field = "context.tokens" if not edit.append else edit.append_field
+                raise InvalidArgument(
+                    field,
+                    f"the context would hold {total} tokens, more than the limit of "
+                    f"{self.max_context_tokens}",
+                )
+            rebuilt = False
+            if edit.context is not None:
+                rebuilt = await self.set_context(session, edit.context)
+            if edit.reset and session.context:
+                await self.set_context(session, [])
+            await self.rollback(session, edit.rollback)
+            await self.append(session, edit.append)
+            words = await self.suggest(session, edit.partial, edit.k) if edit.suggest else None
+            self.store(session)
+        return CompleteAnswer(session.session_id, len(session.context), rebuilt, words)
 
     async def set_context(self, session: Session, ids: list[int]) -> bool:
         """Makes the context exactly `ids`; True when that took a rebuild (not held as is)."""

@@ -1,0 +1,1 @@
+"""Autocomplete: sessions kept between keystrokes, their context edits, and the next words."""

@@ -1,0 +1,181 @@
+"""`EngineCore`: one model's compute, the same object in an engine worker and in-process.
+
+    core = EngineCore(entry, EngineLimits(), metrics)
+    scores = await core.score(prepared, deadline)            # BatchScores (scoring queue)
+    totals = await core.prefix_totals(ids, offsets, eos=True, deadline=None)
+    stream = core.generate(GenerationRequest(prompt_ids, params, deadline))
+    hypotheses = await core.beam_search(prompt_ids, params, deadline)
+    answer = await core.complete(CompleteEdit(session_id, append=[17], partial="th", k=3))
+
+It owns what computes: the scoring queue (bounded, fair units on a thread), the generation
+scheduler and the beam searches (both started on first use) and the autocomplete sessions.
+What it takes and returns is plain data (ids, arrays, dataclasses), so `workers` can carry
+every call across a process boundary unchanged; text (tokenizing, detokenized alternatives,
+messages) stays with `ServedModel` in the front.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.base import BatchScores, LanguageModelBackend
+from lmserve.server.backends.stepping import Stepper, make_stepper
+from lmserve.server.decoding.detokenize import detokenizer_factory
+from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
+from lmserve.server.decoding.scoring import PreparedScoring
+from lmserve.server.engine.autocomplete.completer import Completer
+from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit
+from lmserve.server.engine.generation.beam_runner import BeamRunner
+from lmserve.server.engine.generation.delivery import Poster
+from lmserve.server.engine.generation.scheduler import GenerationScheduler
+from lmserve.server.engine.generation.sequence import GenerationRequest, GenerationStream
+from lmserve.server.engine.limits import EngineLimits
+from lmserve.server.engine.scoring.queue import ScoringQueue
+from lmserve.server.metrics import Metrics
+from lmserve.server.registry.repository import ModelEntry
+
+
+@dataclass(frozen=True)
+class PrefixTotals:
+    """Per-text totals (nats) of a prefix-shared pass, and the positions it computed."""
+
+    totals: npt.NDArray[np.float64]
+    computed: int
+
+
+class EngineCore:
+    """Computes for one READY model (see the module doc)."""
+
+    def __init__(
+        self,
+        entry: ModelEntry,
+        limits: EngineLimits,
+        metrics: Metrics | None = None,
+        *,
+        poster: Poster | None = None,
+    ) -> None:
+        assert entry.scorer is not None, "only READY models are served"
+        self.name = entry.name
+        # Where the scheduler's events go: None posts them to the streams on this process's
+        # event loop; an engine worker sends them to the front instead.
+        self._poster = poster
+        self.limits = limits
+        self._metrics = metrics
+        self.backend: LanguageModelBackend = entry.scorer.backend
+        codec = entry.scorer.codec
+        self._detokenizer = detokenizer_factory(codec, self.backend.vocab)
+        self.stepper: Stepper = make_stepper(self.backend)
+        # A model that computes without the GIL (ONNX Runtime, torch) is neural: all its
+        # scoring goes to the queue's thread; the n-gram kernel's small requests run inline.
+        self.scoring = ScoringQueue(
+            self.name, self.backend, limits.scoring, metrics, inline=not self.stepper.releases_gil
+        )
+        self._scheduler: GenerationScheduler | None = None
+        self._lock = threading.Lock()
+        self.beams = BeamRunner(self.name, self.stepper, limits.generation)
+        manifest = entry.manifest
+        self.completer = Completer(
+            self.name,
+            self.backend,
+            self.stepper,
+            codec,
+            limits.sessions,
+            metrics,
+            lowercase=bool(manifest and manifest.tokenizer.lowercase),
+            max_context_tokens=limits.requests.max_tokens_per_text,
+        )
+
+    # -- scoring -------------------------------------------------------------------------------
+
+    async def score(self, prepared: PreparedScoring, deadline: float | None = None) -> BatchScores:
+        """The backend's scores of a prepared request, through the scoring queue."""
+        return await self.scoring.score(prepared, deadline)
+
+    async def prefix_totals(
+        self,
+        ids: npt.NDArray[np.integer],
+        offsets: npt.NDArray[np.integer],
+        *,
+        eos: bool,
+        deadline: float | None = None,
+    ) -> PrefixTotals:
+        """Totals equal to Score's for texts that share prefixes (Rerank's hypotheses): each
+        distinct prefix is fed once (a trie, `decoding.prefix_scoring`), one batched step per
+        work unit on the scoring queue's thread."""
+        bounds = offsets.tolist()
+        flat = ids.tolist()
+        trie = PrefixTrie.build([flat[a:b] for a, b in zip(bounds, bounds[1:], strict=False)])
+        scoring = PrefixScoring(
+            self.stepper,
+            trie,
+            eos=eos,
+            rows_per_step=self.limits.scoring.unit_tokens,  # a row is one position
+        )
+        await self.scoring.run_steps(scoring.steps(), trie.nodes, deadline)
+        return PrefixTotals(scoring.totals, scoring.computed)
+
+    # -- generation ----------------------------------------------------------------------------
+
+    @property
+    def scheduler(self) -> GenerationScheduler:
+        """The model's continuous-batching scheduler, started on first use."""
+        with self._lock:
+            if self._scheduler is None:
+                self._scheduler = GenerationScheduler(
+                    self.name,
+                    self.stepper,
+                    self.backend.vocab,
+                    self.limits.generation,
+                    self._metrics,
+                    self._detokenizer,
+                    poster=self._poster,
+                )
+            return self._scheduler
+
+    def generate(
+        self,
+        request: GenerationRequest,
+        stream: Callable[[GenerationRequest, int], GenerationStream] | None = None,
+    ) -> GenerationStream:
+        """Queues a Generate request; Overloaded when the model's queue is full. `stream`
+        makes the request's stream (a worker's carries the front's stream id)."""
+        return self.scheduler.submit(request, stream)
+
+    async def beam_search(
+        self, prompt_ids: Sequence[int], params: Any, deadline: float | None
+    ) -> list[Any]:
+        """The n best continuations, on the model's beam threads (`BeamRunner`): stopped
+        within a step when the caller leaves or the deadline passes."""
+        return await self.beams.run(prompt_ids, params, deadline)
+
+    # -- autocomplete --------------------------------------------------------------------------
+
+    async def complete(self, edit: CompleteEdit) -> CompleteAnswer:
+        """One Complete message's edits applied to its session, and the next words."""
+        return await self.completer.apply(edit)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the model's threads; never waits behind model work."""
+        self.scoring.close()
+        self.completer.close()
+        self.beams.close()
+        with self._lock:
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.close(timeout=0.5)
+
+    def join(self, timeout: float) -> None:
+        """After `close`: waits (at most `timeout` s) for the work in flight (one pass, one
+        step) to end, so no model code runs while the process exits."""
+        deadline = time.monotonic() + timeout
+        for part in (self.scoring, self.completer, self.beams):
+            part.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,1 @@
+"""Generation: continuous batching of sampled streams (`scheduler`) and bounded beam searches."""

@@ -1,0 +1,315 @@
+"""The engine worker: one process per served model, running its `EngineCore`.
+
+    python -m lmserve.server.engine.workers.worker_process FD   # `supervisor` starts it
+
+FD is its end of a socketpair; the first frame on it is its `WorkerSpec`. It loads its model
+(and a mixture's components) from the model folders, answers READY (or FAILED with the load
+error), then serves the front over its socket until the front says STOP
+or goes away. Its own event loop runs the engine's async parts (scoring queue, beam searches,
+autocomplete sessions); a reader thread takes the front's frames off the socket, and every
+thread that has something to say (the loop, the generation scheduler) sends it under one lock
+with a blocking `sendall`, which releases the GIL while the kernel copies. The generation
+scheduler's hand-over of a step is ONE frame for every stream (`WirePoster`).
+
+It outlives no front: the front's end of the socket closes when the front exits for any
+reason (SIGKILL included), the reader sees end-of-file and the worker exits at once. SIGINT and
+SIGTERM are ignored: a Ctrl-C or a signal to the whole process group reaches the front, which
+drains through its workers and then stops them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from lmserve.server.engine.core import EngineCore
+from lmserve.server.engine.generation.delivery import Items, Poster
+from lmserve.server.engine.generation.sequence import (
+    FinishEvent,
+    GenerationRequest,
+    GenerationStream,
+)
+from lmserve.server.engine.limits import EngineLimits
+from lmserve.server.engine.workers.wire import (
+    Kind,
+    frame,
+    pack_events,
+    picklable_error,
+    recv_frame,
+)
+from lmserve.server.metrics import Metrics
+from lmserve.server.registry.repository import LoadOptions, ModelEntry, ModelState, load_entry
+
+log = logging.getLogger(__name__)
+
+# The calls the front may make (`Kind.CALL`): EngineCore's async methods, and the metrics.
+_CALLS = frozenset({"score", "prefix_totals", "beam_search", "complete", "metrics"})
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to serve one model: its folders (a mixture's components first,
+    the model last), how to load them, and the limits its engine keeps."""
+
+    name: str
+    folders: tuple[Path, ...]
+    load_options: LoadOptions
+    limits: EngineLimits
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+
+class _Sender:
+    """Frames to the front from any thread, one whole frame at a time."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        data = frame(message)
+        with self._lock:
+            try:
+                self._sock.sendall(data)
+            except OSError:  # the front is gone: the reader sees it and ends the process
+                pass
+
+
+class _WireStream(GenerationStream):
+    """A worker's side of one Generate stream: its events go to the front under `sid`, and
+    the front's reports of what its handler took drive the scheduler's backpressure."""
+
+    def __init__(self, request: GenerationRequest, samples: int, sid: int, sender: _Sender) -> None:
+        self.sid = sid
+        self._sender = sender
+        self._waker: Any = None
+        super().__init__(request, samples)
+
+    @property
+    def waker(self) -> Any:
+        return self._waker
+
+    @waker.setter
+    def waker(self, value: Any) -> None:
+        # Parking sets it (the stream is parked), release clears it: the front reports every
+        # take while parked, so the stream resumes as soon as its reader caught up.
+        if (value is None) != (self._waker is None):
+            self._sender.send((Kind.PARKED, self.sid, value is not None))
+        self._waker = value
+
+    @property
+    def finished(self) -> bool:
+        return self._unfinished <= 0
+
+    def account(self, item: list[Any] | BaseException) -> None:
+        """Scheduler thread: counts the samples that ended in a hand-over."""
+        if isinstance(item, BaseException):
+            self._unfinished = 0
+        else:
+            self._unfinished -= sum(isinstance(e, FinishEvent) for e in item)
+
+    def took(self, taken: int) -> None:
+        """The front's handler has taken `taken` events (called on the worker's loop)."""
+        self.taken = taken
+        waker = self._waker
+        if waker is not None and self.unread < self.resume_below:
+            waker()
+
+
+class WirePoster(Poster):
+    """Hands every stream's events of one scheduler iteration to the front as one frame."""
+
+    def __init__(self, sender: _Sender) -> None:
+        super().__init__(courier=False, name="")
+        self._sender = sender
+
+    def post(self, items: Items) -> None:
+        if not items:
+            return
+        for stream, item in items:
+            stream.account(item)  # type: ignore[attr-defined]
+        self._sender.send(
+            (
+                Kind.EVENTS,
+                [
+                    (
+                        stream.sid,  # type: ignore[attr-defined]
+                        picklable_error(item)
+                        if isinstance(item, BaseException)
+                        else pack_events(item),
+                    )
+                    for stream, item in items
+                ],
+            )
+        )
+
+
+class _WorkerServer:
+    """Dispatches the front's messages to the engine, on the worker's event loop."""
+
+    def __init__(
+        self, core: EngineCore, metrics: Metrics, sender: _Sender, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.core = core
+        self.metrics = metrics
+        self.sender = sender
+        self.loop = loop
+        self.calls: dict[int, asyncio.Task[None]] = {}
+        self.streams: dict[int, _WireStream] = {}
+        self.stopped = asyncio.Event()
+
+    def dispatch(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == Kind.CALL:
+            _, rid, method, args = message
+            task = self.loop.create_task(self._call(rid, method, args))
+            self.calls[rid] = task
+        elif kind == Kind.TAKEN:
+            _, sid, taken = message
+            stream = self.streams.get(sid)
+            if stream is not None:
+                stream.took(taken)
+        elif kind == Kind.GENERATE:
+            self._generate(*message[1:])
+        elif kind == Kind.STREAM_CANCEL:
+            stream = self.streams.pop(message[1], None)
+            if stream is not None:
+                stream.cancel()
+        elif kind == Kind.CANCEL:
+            call = self.calls.get(message[1])
+            if call is not None:
+                call.cancel()
+        elif kind == Kind.STOP:
+            self.stopped.set()
+
+    async def _call(self, rid: int, method: str, args: tuple[Any, ...]) -> None:
+        try:
+            if method not in _CALLS:
+                raise RuntimeError(f"no engine call {method!r}")
+            if method == "metrics":
+                result: Any = list(self.metrics.registry.collect())
+            elif method == "prefix_totals":
+                ids, offsets, eos, deadline = args
+                result = await self.core.prefix_totals(ids, offsets, eos=eos, deadline=deadline)
+            else:
+                result = await getattr(self.core, method)(*args)
+        except asyncio.CancelledError:
+            return  # the front's caller left: nobody reads an answer
+        except Exception as exc:
+            self.sender.send((Kind.ERROR, rid, picklable_error(exc)))
+        else:
+            self.sender.send((Kind.REPLY, rid, result))
+        finally:
+            self.calls.pop(rid, None)
+
+    def _generate(self, sid: int, request: GenerationRequest) -> None:
+        sender = self.sender
+
+        def make_stream(request: GenerationRequest, samples: int) -> GenerationStream:
+            stream = _WireStream(request, samples, sid, sender)
+            self.streams[sid] = stream
+            return stream
+
+        try:
+            self.core.generate(request, make_stream)
+        except Exception as exc:  # Overloaded: the stream fails before its first token
+            self.streams.pop(sid, None)
+            sender.send((Kind.EVENTS, [(sid, picklable_error(exc))]))
+
+    def forget_finished_streams(self) -> None:
+        """Drops streams whose samples all ended (bounded bookkeeping, run now and then)."""
+        for sid in [s for s, stream in self.streams.items() if stream.finished]:
+            del self.streams[sid]
+
+
+def _load(spec: WorkerSpec) -> ModelEntry:
+    loaded: dict[str, ModelEntry] = {}
+    entry: ModelEntry | None = None
+    for folder in spec.folders:
+        entry = load_entry(folder, spec.load_options, loaded)
+        loaded[entry.name] = entry
+    assert entry is not None
+    return entry
+
+
+def _read_front(sock: socket.socket, server: _WorkerServer) -> None:
+    """The reader thread: the front's frames onto the loop; end-of-file ends the process."""
+    loop = server.loop
+    while True:
+        try:
+            message = recv_frame(sock)
+        except OSError:
+            message = None
+        if message is None:  # the front exited (or closed us): no worker outlives it
+            os._exit(0)
+        loop.call_soon_threadsafe(server.dispatch, message)
+
+
+async def _serve(server: _WorkerServer) -> None:
+    while not server.stopped.is_set():
+        try:
+            await asyncio.wait_for(server.stopped.wait(), 5.0)
+        except TimeoutError:
+            server.forget_finished_streams()
+
+
+def main(fd: int) -> None:
+    """The worker process's entry point (see the module doc)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    first = recv_frame(sock)
+    if first is None:  # the front went away before it said what to serve
+        os._exit(0)
+    run_worker(first[0], sock)
+
+
+def run_worker(spec: WorkerSpec, sock: socket.socket) -> None:
+    """Loads the model and serves the front until STOP or end-of-file."""
+    _set_title(f"lmserve: engine {spec.name}")
+    _setup_logging(spec)
+    sender = _Sender(sock)
+    entry = _load(spec)
+    if entry.state is not ModelState.READY:
+        sender.send((Kind.FAILED, entry.load_error))
+        os._exit(1)
+    metrics = Metrics(CollectorRegistry())
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    core = EngineCore(entry, spec.limits, metrics, poster=WirePoster(sender))
+    server = _WorkerServer(core, metrics, sender, loop)
+    threading.Thread(target=_read_front, args=(sock, server), daemon=True).start()
+    sender.send((Kind.READY, os.getpid()))
+    loop.run_until_complete(_serve(server))
+    core.close()
+    core.join(5.0)
+    os._exit(0)
+
+
+def _set_title(title: str) -> None:
+    try:
+        import setproctitle
+    except ImportError:  # an optional nicety: `ps` shows the model's name
+        return
+    setproctitle.setproctitle(title)
+
+
+def _setup_logging(spec: WorkerSpec) -> None:
+    from lmserve.server.logging_setup import setup_logging
+
+    setup_logging(spec.log_level, spec.log_format)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
