@@ -70,6 +70,7 @@ class WorkerSettings:
     start_timeout_seconds: float = 120.0
     max_restarts: int = 5
     restart_window_seconds: float = 60.0
+    niceness: int = 10
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -80,6 +81,7 @@ class WorkerSettings:
             start_timeout_seconds=settings.worker_start_timeout_seconds,
             max_restarts=settings.worker_max_restarts,
             restart_window_seconds=settings.worker_restart_window_seconds,
+            niceness=settings.worker_niceness,
             log_level=settings.log_level,
             log_format=settings.log_format,
         )
@@ -373,6 +375,7 @@ class WorkerPool:
             model_folders(entry.folder),
             s.load_options,
             self.limits,
+            niceness=s.niceness,
             log_level=s.log_level,
             log_format=s.log_format,
         )

@@ -65,6 +65,7 @@ class WorkerSpec:
     folders: tuple[Path, ...]
     load_options: LoadOptions
     limits: EngineLimits
+    niceness: int = 0
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -278,6 +279,8 @@ def main(fd: int) -> None:
 def run_worker(spec: WorkerSpec, sock: socket.socket) -> None:
     """Loads the model and serves the front until STOP or end-of-file."""
     _set_title(f"lmserve: engine {spec.name}")
+    if spec.niceness:
+        os.nice(spec.niceness)  # the front first when both want the cores
     _setup_logging(spec)
     sender = _Sender(sock)
     entry = _load(spec)
