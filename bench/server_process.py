@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Any, Self
 
 from common import REPO_ROOT, log
 
@@ -99,12 +99,41 @@ class ServerProcess:
             self._proc.wait()
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far."""
+        """User + system CPU time the server has used so far: the front process and its
+        engine workers (live ones; a worker's time is lost if it exits mid-measurement)."""
+        import psutil
+
+        total = 0.0
+        for process in self.processes():
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
+
+    def processes(self) -> list[Any]:
+        """psutil.Process of the front and of each engine worker."""
         import psutil
 
         assert self._proc is not None
-        times = psutil.Process(self._proc.pid).cpu_times()
-        return float(times.user + times.system)
+        front = psutil.Process(self._proc.pid)
+        return [front, *front.children(recursive=True)]
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of each process: "front" and each worker by its title."""
+        import psutil
+
+        out = {}
+        for process in self.processes():
+            try:
+                title = " ".join(process.cmdline())
+                rss = process.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+            name = title.removeprefix("lmserve: engine ") if "engine" in title else "front"
+            out[name] = int(rss)
+        return out
 
     def __exit__(
         self,

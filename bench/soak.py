@@ -10,8 +10,9 @@ On the default models (kjv-5gram, kjv-lstm, kjv-lstm-5gram; `make models`), loop
   kjv-5gram and on kjv-lstm, Rerank of 4 n-best lists (tests/data/nbest/kjv-test.jsonl) on
   kjv-5gram, and Complete sessions typing a test sentence letter by letter on kjv-lstm (one
   sample per keystroke).
-Records failed requests by RPC and status (target 0), the server's RSS every 5 s (warm-up RSS
-after one minute, final RSS; target: within +-10% of the warm-up one), and p50/p99 per kind
+Records failed requests by RPC and status (target 0), the server's RSS every 5 s, summed over
+the front and its engine worker processes (warm-up RSS after one minute, final RSS; target:
+within +-10% of the warm-up one; the last sample per process is in the JSON), and p50/p99 per kind
 (targets: n-gram Score p99 < 20 ms, neural Score p99 < 50 ms). JSON Lines records on stdout
 (`common.emit`), everything in one JSON file, a summary on stderr.
 """
@@ -147,10 +148,9 @@ class Probes:
         return [threading.Thread(target=self._loop, args=loop) for loop in loops]
 
 
-def _rss_mb(pid: int) -> float:
-    import psutil
-
-    return float(psutil.Process(pid).memory_info().rss) / 2**20
+def _rss_mb(server: ServerProcess) -> float:
+    """Resident memory of the whole server: the front and every engine worker."""
+    return sum(server.rss_bytes().values()) / 2**20
 
 
 def main() -> None:
@@ -187,14 +187,15 @@ def main() -> None:
             thread.start()
         rss: list[tuple[float, float]] = []
         while time.monotonic() < stop_at:
-            rss.append((round(time.monotonic() - start, 1), round(_rss_mb(server.pid), 1)))
+            rss.append((round(time.monotonic() - start, 1), round(_rss_mb(server), 1)))
             log(f"  t={rss[-1][0]:6.0f} s  RSS {rss[-1][1]:.0f} MB")
             time.sleep(RSS_PERIOD_S)
         for thread in threads:
             thread.join()
         generated = results.get(timeout=2 * TIMEOUT_S)
         generator.join()
-        rss.append((round(time.monotonic() - start, 1), round(_rss_mb(server.pid), 1)))
+        rss.append((round(time.monotonic() - start, 1), round(_rss_mb(server), 1)))
+        per_process = {name: round(b / 2**20, 1) for name, b in server.rss_bytes().items()}
         server_alive = server.alive()
     probes.client.close()
 
@@ -212,6 +213,7 @@ def main() -> None:
         "rss_mb": rss,
         "warmup_rss_mb": warm_rss,
         "final_rss_mb": final_rss,
+        "final_rss_mb_per_process": per_process,
         "rss_change_pct": round(100 * (final_rss - warm_rss) / warm_rss, 2),
         "latency_ms": {
             kind: {

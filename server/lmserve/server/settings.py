@@ -52,7 +52,9 @@ class Settings(BaseSettings):
     # Neural models. ONNX Runtime: one session per graph, sequential execution (best on 2 cores).
     onnx_intra_op_threads: int = Field(default=2, ge=0)
     onnx_inter_op_threads: int = Field(default=1, ge=0)
-    onnx_allow_spinning: bool = True
+    # Spinning keeps ORT's idle threads busy-waiting between ops: off, since every engine worker
+    # and the front share the cores (on: 25% more CPU per generated token, bench_generate_cpu).
+    onnx_allow_spinning: bool = False
     # Use the CUDA execution provider when onnxruntime-gpu sees a GPU.
     onnx_use_gpu: bool = True
     # Longer texts are scored in time chunks of this many tokens, the state carried across.

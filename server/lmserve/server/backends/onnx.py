@@ -35,7 +35,7 @@ class OnnxOptions:
 
     intra_op_threads: int = 2
     inter_op_threads: int = 1
-    allow_spinning: bool = True
+    allow_spinning: bool = False
     max_chunk_tokens: int = 256
     use_gpu: bool = True
 
