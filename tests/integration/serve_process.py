@@ -112,3 +112,33 @@ def wait_until(condition: Callable[[], object], timeout: float, step: float = 0.
             return True
         time.sleep(step)
     return False
+
+
+def process_title(pid: int) -> str:
+    """A process's command line as `ps` shows it (an engine worker: `lmserve: engine NAME`)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read().replace(b"\0", b" ").decode().strip()
+
+
+def process_exists(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if parent == pid:
+                out.append(int(entry))
+    return out

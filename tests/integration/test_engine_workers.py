@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from metrics_scrape import scrape
 from neural_folders import VOCAB, tiny_model, write_onnx_folder
 from prometheus_client import CollectorRegistry
-from serve_process import ServeProcess, wait_until
+from serve_process import ServeProcess, child_pids, process_exists, process_title, wait_until
 
 from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.engine.workers.supervisor import WorkerEngine
@@ -70,23 +70,6 @@ def _engine(server: BackgroundServer, model: str) -> WorkerEngine:
     engine = server.running.models.ready(model).engine
     assert isinstance(engine, WorkerEngine)
     return engine
-
-
-def _title(pid: int) -> str:
-    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-        return cmdline.read().replace(b"\0", b" ").decode().strip()
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped) counts as gone
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _health(address: str, model: str) -> int:
@@ -160,7 +143,7 @@ def test_each_model_computes_in_a_worker_named_after_it_and_answers_as_in_proces
     for model in ("test", "lstm"):
         engine = _engine(server, model)
         assert engine.pid is not None and engine.pid != os.getpid()
-        assert _title(engine.pid) == f"lmserve: engine {model}"
+        assert process_title(engine.pid) == f"lmserve: engine {model}"
     through_workers = {model: _everything(stub, model) for model in ("test", "lstm")}
     with (
         _start(repository, engine_workers=False) as alone,
@@ -232,8 +215,8 @@ def test_a_killed_worker_fails_only_its_own_calls_and_serves_again(
     assert grpc.StatusCode.UNAVAILABLE in outcomes["lstm"]
     assert back_after < 15
     assert _health(server.address, "lstm") == 1  # SERVING
-    assert not _exists(old_pid)
-    assert killed.pid is not None and _title(killed.pid) == "lmserve: engine lstm"
+    assert not process_exists(old_pid)
+    assert killed.pid is not None and process_title(killed.pid) == "lmserve: engine lstm"
     samples = scrape(server)
     assert samples[("lmserve_engine_worker_restarts_total", frozenset({("model", "lstm")}))] == 1
 
@@ -262,32 +245,20 @@ def test_a_worker_that_keeps_dying_marks_its_model_failed(repository: Path) -> N
         assert _score(stub, "test")  # the other model serves on
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            if parent == pid:
-                out.append(int(entry))
-    return out
-
-
 def test_no_worker_outlives_a_killed_front(repository: Path) -> None:
     with ServeProcess(repository) as server:
         workers = [
-            p for p in _children(server.process.pid) if _title(p).startswith("lmserve: engine")
+            p
+            for p in child_pids(server.process.pid)
+            if process_title(p).startswith("lmserve: engine")
         ]
-        assert sorted(_title(p) for p in workers) == [
+        assert sorted(process_title(p) for p in workers) == [
             "lmserve: engine lstm",
             "lmserve: engine test",
         ]
         server.process.send_signal(signal.SIGKILL)
         server.wait(timeout=10)
-        assert wait_until(lambda: not any(_exists(p) for p in workers), 5)
+        assert wait_until(lambda: not any(process_exists(p) for p in workers), 5)
 
 
 def _gauge(server: BackgroundServer, name: str, model: str) -> float:

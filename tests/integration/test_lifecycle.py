@@ -12,7 +12,15 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from serve_process import ServeProcess, clean_env, serve_command, wait_until
+from serve_process import (
+    ServeProcess,
+    child_pids,
+    clean_env,
+    process_exists,
+    process_title,
+    serve_command,
+    wait_until,
+)
 
 from lmserve.client import GenerationFinished, LmServeClient
 from lmserve.client.errors import UnavailableError
@@ -99,6 +107,8 @@ def test_sigterm_lets_running_generate_streams_finish(lstm_repository: Path) -> 
         for stream in streams:
             stream.start()
         started.wait(timeout=30)  # every stream has its first token
+        workers = child_pids(server.process.pid)
+        assert [process_title(p) for p in workers] == ["lmserve: engine kjv-lstm"]
         server.process.send_signal(signal.SIGTERM)
         running_at_signal = 8 - len(finished)
         for stream in streams:
@@ -109,8 +119,9 @@ def test_sigterm_lets_running_generate_streams_finish(lstm_repository: Path) -> 
         assert sorted(f.reason for f in finished) == ["length"] * 8
         assert all(f.usage.generated_tokens == 400 for f in finished)
         assert server.wait(timeout=15) == 0
-        # Exits once the last stream ended, not after the 60 s grace period.
+        # Exits once the last stream ended, not after the 60 s grace period; its worker too.
         assert time.monotonic() - last_ended < 15
+        assert not any(process_exists(p) for p in workers)
         # New calls after the shutdown are refused rather than hanging.
         with pytest.raises(UnavailableError):
             client.list_models(timeout=5)

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import signal
-import socket
 import threading
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-import grpc
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
@@ -40,12 +37,14 @@ from lmserve.server.api.health import (
 )
 from lmserve.server.api.health_port import start_health_server
 from lmserve.server.api.observe import server_interceptors
+from lmserve.server.api.ports import bind, check_bindable
 from lmserve.server.api.reflection import enable_reflection
 from lmserve.server.api.reloading import Reloader
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_models import ServedModels
-from lmserve.server.engine.workers.supervisor import WorkerPool, WorkerSettings
+from lmserve.server.engine.workers.launch import WorkerSettings
+from lmserve.server.engine.workers.pool import WorkerPool
 from lmserve.server.metrics import MergedRegistry, Metrics, serve_metrics
 from lmserve.server.registry.repository import (
     LoadOptions,
@@ -203,7 +202,7 @@ async def start_server(
         ),
     )
     try:
-        port = _bind(server, f"{settings.host}:{settings.port}", credentials)
+        port = bind(server, f"{settings.host}:{settings.port}", credentials)
     except OSError:
         models.close()  # its worker threads would outlive a failed start
         raise
@@ -269,40 +268,6 @@ def _worker_pool(
         task.add_done_callback(tasks.discard)
 
     return WorkerPool(WorkerSettings.from_settings(settings), limits, metrics, loop, on_health)
-
-
-def check_bindable(host: str, port: int) -> None:
-    """Raises a one-line OSError when `host:port` is taken, as a bind by gRPC would find it (with
-    SO_REUSEADDR, without SO_REUSEPORT). Port 0 always binds."""
-    if port == 0:
-        return
-    name = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from None
-    for family, kind, proto, _, address in infos:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                why = "address in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-                raise OSError(f"cannot bind {host}:{port}: {why}") from None
-
-
-def _bind(server: aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
-    """Adds the (secure, when there are credentials) port; a failed bind is an OSError."""
-    try:
-        if credentials is None:
-            port = server.add_insecure_port(address)
-        else:
-            port = server.add_secure_port(address, credentials)
-    except RuntimeError as exc:  # gRPC's "Failed to bind to address ..."
-        raise OSError(f"cannot bind {address}: {exc}") from None
-    if port == 0:
-        raise OSError(f"cannot bind {address}")
-    return port
 
 
 async def serve(settings: Settings) -> None:
