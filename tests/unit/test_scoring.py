@@ -13,6 +13,7 @@ from lmserve.server.decoding.scoring import (
     PerplexityAccumulator,
     ScoreOptions,
     Scorer,
+    check_token_count,
     perplexity,
 )
 from lmserve.server.errors import InvalidArgument
@@ -142,6 +143,19 @@ def test_codec_and_model_must_agree_on_the_vocabulary() -> None:
 def test_token_limit_names_the_text(scorer: Scorer) -> None:
     with pytest.raises(InvalidArgument, match=r"texts\[1\].*3 tokens.*limit of 2"):
         scorer.score_texts(["a", "a b a"], ScoreOptions(), max_tokens_per_text=2)
+
+
+def test_one_rule_words_every_token_limit_error() -> None:
+    check_token_count("prompt", 2, 2)  # at the limit: accepted
+    with pytest.raises(InvalidArgument) as err:
+        check_token_count("prompt", 3, 2)
+    assert str(err.value) == "prompt: has 3 tokens, more than the limit of 2"
+    assert err.value.field == "prompt"
+    with pytest.raises(InvalidArgument) as err:
+        check_token_count("append_text", 5, 4, holds="the context would hold")
+    assert str(err.value) == (
+        "append_text: the context would hold 5 tokens, more than the limit of 4"
+    )
 
 
 def test_perplexity_of_nothing_is_nan() -> None:

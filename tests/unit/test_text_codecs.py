@@ -138,3 +138,29 @@ def test_every_codec_counts_words_alike_and_encodes_texts_as_their_words(
     assert from_texts.ids.tolist() == from_words.ids.tolist()
     assert from_texts.offsets.tolist() == from_words.offsets.tolist()
     assert int(from_texts.ids.max()) < len(codec.vocab)
+
+
+@pytest.mark.parametrize("codec", _codecs(), ids=["word", "character", "bpe"])
+def test_every_codec_says_what_its_tokens_are(codec: TextCodec) -> None:
+    """What differs by kind is asked of the codec: words or pieces, how pieces spell a word,
+    whether entries need decoding, and the token names a client keeps."""
+    text = "And GOD  said"
+    assert codec.split_batch([text, ""]) == [["and", "god", "said"], []]
+    ids = codec.encode_texts([text]).ids.tolist()
+    pieces = codec.piece_vocabulary()
+    decode = codec.piece_decoder()
+    names = codec.token_names(text, ids)
+    if isinstance(codec, WordCodec):
+        assert codec.tokens_are_words and pieces is None and decode is None
+        assert names == ["and", "god", "said"]
+        assert codec.token_names("and god", [3]) == [codec.vocab.words[3]]  # counts differ
+        return
+    assert not codec.tokens_are_words and pieces is not None
+    assert names == [codec.vocab.words[i] for i in ids]
+    spelled = "".join(pieces.texts[i] for i in ids)
+    assert spelled == "andgodsaid"  # word ends add nothing to the words
+    assert int(pieces.ends_word[ids].sum()) == 3 - isinstance(codec, CharCodec)
+    if isinstance(codec, BpeCodec):
+        assert decode is not None and decode(ids) == "and god said"
+    else:
+        assert decode is None

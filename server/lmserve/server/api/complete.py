@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 
 from lmserve.server.api.model_use import same_model, use_model
 from lmserve.server.api.pipelining import read_ahead
-from lmserve.server.api.validation import check_text_bytes
+from lmserve.server.api.validation import check_no_empty_token, check_text_bytes
 from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit, new_session_id
 from lmserve.server.engine.limits import RequestLimits
 from lmserve.server.engine.served_model import ServedModel
@@ -99,8 +99,7 @@ def _ids(served: ServedModel, message: pb.CompleteRequest) -> tuple[list[int], l
         raise InvalidArgument("append_text", "set either append_text or append_tokens, not both")
     if message.append_tokens:
         tokens = list(message.append_tokens)
-        if "" in tokens:
-            raise InvalidArgument(f"append_tokens[{tokens.index('')}]", "is an empty token")
+        check_no_empty_token("append_tokens", tokens)
         return served.encode_tokens(tokens), tokens
     if not message.append_text:
         return [], []

@@ -11,14 +11,14 @@ model), then each list is combined and ranked (`decoding.rerank`).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from lmserve.server.api.model_use import use_model
-from lmserve.server.api.validation import check_text_bytes, validate_options
+from lmserve.server.api.validation import check_no_empty_token, check_text_bytes, validate_options
+from lmserve.server.decoding.params import finite
 from lmserve.server.decoding.rerank import LengthUnit, RerankWeights, rank, text_length
 from lmserve.server.engine.limits import RequestLimits
 from lmserve.server.engine.served_model import ServedModel, TextInput
@@ -59,16 +59,10 @@ class _Hypotheses:
         return out
 
 
-def _finite(value: float, field: str) -> float:
-    if not math.isfinite(value):
-        raise InvalidArgument(field, f"is {value}; scores and weights must be finite numbers")
-    return value
-
-
 def rerank_weights(request: pb.RerankRequest) -> RerankWeights:
     """The combination's weights and length unit, checked."""
     weights = {
-        name: _finite(value, f"score_weights[{json.dumps(name)}]")
+        name: finite(f"score_weights[{json.dumps(name)}]", value)
         for name, value in request.score_weights.items()
     }
     lm_weight = request.lm_weight if request.HasField("lm_weight") else 1.0
@@ -81,8 +75,8 @@ def rerank_weights(request: pb.RerankRequest) -> RerankWeights:
         )
     return RerankWeights(
         score_weights=weights,
-        lm_weight=_finite(lm_weight, "lm_weight"),
-        length_bonus=_finite(request.length_bonus, "length_bonus"),
+        lm_weight=finite("lm_weight", lm_weight),
+        length_bonus=finite("length_bonus", request.length_bonus),
         length_unit=unit,
     )
 
@@ -119,15 +113,14 @@ def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses
                 )
             if has_tokens:
                 tokens = list(hyp.tokens.tokens)
-                if "" in tokens:
-                    raise InvalidArgument(f"{at}.tokens[{tokens.index('')}]", "is an empty token")
+                check_no_empty_token(f"{at}.tokens", tokens)
                 items.append(tokens)
             else:
                 check_text_bytes(f"{at}.text", hyp.text, limits)
                 items.append(hyp.text)
             scores.append(
                 {
-                    name: _finite(value, f"{at}.scores[{json.dumps(name)}]")
+                    name: finite(f"{at}.scores[{json.dumps(name)}]", value)
                     for name, value in hyp.scores.items()
                 }
             )

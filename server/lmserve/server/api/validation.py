@@ -37,6 +37,13 @@ def check_text_bytes(field: str, text: str, limits: RequestLimits) -> None:
         raise InvalidArgument(field, f"has {size} bytes, more than the limit of {limit}")
 
 
+def check_no_empty_token(field: str, tokens: Sequence[str]) -> None:
+    """Refuses an empty string among a client's tokens (`<field>[i]: is an empty token`): no
+    tokenizer makes one, so it can only be a client's mistake."""
+    if "" in tokens:
+        raise InvalidArgument(f"{field}[{tokens.index('')}]", "is an empty token")
+
+
 def validate_model_name(model: str) -> str:
     if not model:
         raise InvalidArgument("model", "is empty; name one of the models ListModels returns")
@@ -79,8 +86,5 @@ def validate_batch(
         return TextInput(texts=texts)
     lists = [list(token_list.tokens) for token_list in token_lists]
     for i, tokens in enumerate(lists):
-        if "" in tokens:
-            raise InvalidArgument(
-                f"token_lists[{i}].tokens[{tokens.index('')}]", "is an empty token"
-            )
+        check_no_empty_token(f"token_lists[{i}].tokens", tokens)
     return TextInput(token_lists=lists)

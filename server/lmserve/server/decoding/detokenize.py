@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
 from lmserve.server.backends.base import Vocabulary
+from lmserve.server.text.codec import TextCodec
 
 CodecKind = Literal["word", "char", "bpe"]
 
@@ -111,18 +112,18 @@ def make_detokenizer(
     return DecodeDetokenizer(decode, vocab)
 
 
-def detokenizer_factory(codec: object, vocab: Vocabulary) -> Callable[[], Detokenizer]:
-    """A maker of fresh detokenizers for a model's codec: characters, BPE (by its `decode`), or
-    words for everything else."""
-    from lmserve.server.text.bpe import BpeCodec
-    from lmserve.server.text.char import CharCodec
+def detokenizer_factory(codec: TextCodec, vocab: Vocabulary) -> Callable[[], Detokenizer]:
+    """A maker of fresh detokenizers for a model's codec, by what the codec says of its tokens:
+    decoded (BPE, by its `piece_decoder`), words, or characters.
 
-    if isinstance(codec, CharCodec):
-        return lambda: CharDetokenizer(vocab)
-    if isinstance(codec, BpeCodec):
-        decode = codec.decode
+    The choice stays here, not on the codec: the detokenizers belong to this layer, which the
+    text layer may not import."""
+    decode = codec.piece_decoder()
+    if decode is not None:
         return lambda: DecodeDetokenizer(decode, vocab)
-    return lambda: WordDetokenizer(vocab)
+    if codec.tokens_are_words:
+        return lambda: WordDetokenizer(vocab)
+    return lambda: CharDetokenizer(vocab)
 
 
 def detokenize(detokenizer: Detokenizer, ids: Sequence[int]) -> str:
@@ -130,19 +131,11 @@ def detokenize(detokenizer: Detokenizer, ids: Sequence[int]) -> str:
     return "".join(detokenizer.add(int(i)) for i in ids) + detokenizer.flush()
 
 
-def _decoding_codec(codec: object) -> Callable[[Sequence[int]], str] | None:
-    """The `decode` of a codec whose vocabulary entries are not text (BPE pieces with their
-    end-of-word marks); None for words and characters, whose entries already are."""
-    from lmserve.server.text.bpe import BpeCodec
-
-    return codec.decode if isinstance(codec, BpeCodec) else None
-
-
-def piece_texts(codec: object, vocab: Vocabulary, ids: Sequence[int]) -> list[str] | None:
+def piece_texts(codec: TextCodec, vocab: Vocabulary, ids: Sequence[int]) -> list[str] | None:
     """The text each token of a scored sequence adds (spacing included, `</s>` as itself), so
     that clients never see raw pieces and the pieces join into the decoded text; None when the
     vocabulary entries are already text (words, characters)."""
-    decode = _decoding_codec(codec)
+    decode = codec.piece_decoder()
     if decode is None:
         return None
     detokenizer = DecodeDetokenizer(decode, vocab)
@@ -158,10 +151,10 @@ def piece_texts(codec: object, vocab: Vocabulary, ids: Sequence[int]) -> list[st
     return texts
 
 
-def token_texts(codec: object, vocab: Vocabulary) -> list[str]:
+def token_texts(codec: TextCodec, vocab: Vocabulary) -> list[str]:
     """Each vocabulary entry as text on its own (a BPE piece decoded, its end-of-word mark
     gone; specials as themselves): what alternatives and hypothesis tokens show."""
-    decode = _decoding_codec(codec)
+    decode = codec.piece_decoder()
     words = list(vocab.words)
     if decode is None:
         return words

@@ -50,7 +50,9 @@ MAX_OPENAI_PENALTY = 2.0
 MAX_LENGTH_PENALTY_ALPHA = 10.0
 
 
-def _finite(name: str, value: float) -> float:
+def finite(name: str, value: float) -> float:
+    """`value` when it is a finite number, else InvalidArgument naming the field `name` (the
+    one finiteness check of request numbers: decoding knobs, rerank scores and weights)."""
     if not math.isfinite(value):
         raise InvalidArgument(name, f"must be a finite number, got {value}")
     return value
@@ -59,7 +61,7 @@ def _finite(name: str, value: float) -> float:
 def _in_range(
     name: str, value: float, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False
 ) -> None:
-    _finite(name, value)
+    finite(name, value)
     low_ok = value > lo if lo_open else value >= lo
     high_ok = value < hi if hi_open else value <= hi
     if not (low_ok and high_ok):
@@ -106,7 +108,7 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         p = "sampling."
-        _finite(p + "temperature", self.temperature)
+        finite(p + "temperature", self.temperature)
         if self.temperature < 0:
             raise InvalidArgument(p + "temperature", f"must be >= 0, got {self.temperature:g}")
         _int_at_least(p + "top_k", self.top_k, 0)

@@ -31,7 +31,7 @@ from lmserve.server.backends.segments import segment_sums
 from lmserve.server.decoding.detokenize import piece_texts
 from lmserve.server.decoding.perplexity import PerplexityAccumulator, PerplexityStats, perplexity
 from lmserve.server.errors import InvalidArgument
-from lmserve.server.text.codec import TextCodec, WordCodec
+from lmserve.server.text.codec import TextCodec
 
 CountArray = npt.NDArray[np.int64]
 
@@ -125,13 +125,13 @@ class Scorer:
         self.backend = backend
         self.codec = codec
         # A word model's tokens are words: counts come free, details name the words as sent.
-        self._words: WordCodec | None = codec if isinstance(codec, WordCodec) else None
+        self._words = codec.tokens_are_words
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
         """The words of each text (word-level models, whose tokens they are)."""
-        if self._words is None:
+        if not self._words:
             raise ValueError("tokenize() splits into a word model's tokens; this model has pieces")
-        return self._words.split_batch(texts)
+        return self.codec.split_batch(texts)
 
     def score_texts(
         self,
@@ -184,7 +184,7 @@ class Scorer:
 
         The backend call itself is left to the caller (the engine queues it in bounded units),
         and `finish` turns its scores into results."""
-        if details and self._words is not None:
+        if details and self._words:
             # The details name every word as sent: split in Python, where the strings are.
             return self.prepare_token_lists(
                 self.tokenize(texts),
@@ -197,7 +197,7 @@ class Scorer:
         count_words = self.codec.count_words
         return self._prepare(
             self.codec.encode_texts(texts),
-            None if self._words is not None else [count_words(t) for t in texts],
+            None if self._words else [count_words(t) for t in texts],
             options,
             details=details,
             oov_log_probs=oov_log_probs,
@@ -220,7 +220,7 @@ class Scorer:
         `details` adds per-token results; `oov_log_probs` adds each text's OOV log-prob sum
         (needed for perplexity excluding OOVs). Both cost a per-token pass; totals alone do not.
         """
-        if self._words is not None:
+        if self._words:
             words, word_lists = None, token_lists if details else None
         else:  # the model's tokens are pieces of the words given
             words, word_lists = [len(t) for t in token_lists], None
@@ -254,16 +254,11 @@ class Scorer:
         """
         offsets = batch.offsets
         lengths = offsets[1:] - offsets[:-1]  # np.diff, without its Python-level overhead
-        if (
-            max_tokens_per_text is not None
-            and len(batch.ids) > max_tokens_per_text  # else no text can pass the limit
-            and lengths.max() > max_tokens_per_text
-        ):
-            index = int(np.argmax(lengths > max_tokens_per_text))
-            raise InvalidArgument(
-                f"{field}[{index}]",
-                f"has {int(lengths[index])} tokens, more than the limit of {max_tokens_per_text}",
-            )
+        limit = max_tokens_per_text
+        # Only when the whole batch is longer than the limit can one of its texts be.
+        if limit is not None and len(batch.ids) > limit and lengths.max() > limit:
+            index = int(np.argmax(lengths > limit))  # the first text over it
+            check_token_count(f"{field}[{index}]", int(lengths[index]), limit)
         oov_counts = _segment_counts(batch)
         any_oov = oov_log_probs and bool(oov_counts.any())
         return PreparedScoring(
@@ -358,6 +353,19 @@ class Scorer:
         return result
 
 
+def check_token_count(field: str, count: int, limit: int, *, holds: str = "has") -> None:
+    """The per-text token limit (`max_tokens_per_text`), the one check every request field is
+    held to: InvalidArgument `<field>: has N tokens, more than the limit of L` when over it.
+    `holds` words what is counted when it is not the field itself ("the context would hold").
+
+    >>> check_token_count("texts[1]", 5, 4)
+    Traceback (most recent call last):
+    lmserve.server.errors.InvalidArgument: texts[1]: has 5 tokens, more than the limit of 4
+    """
+    if count > limit:
+        raise InvalidArgument(field, f"{holds} {count} tokens, more than the limit of {limit}")
+
+
 def _segment_counts(batch: EncodedBatch) -> CountArray:
     """OOV tokens per text: the encoder's count when it made one, else from the OOV flags.
 
@@ -389,5 +397,6 @@ __all__ = [
     "ScoredTexts",
     "Scorer",
     "TokenDetails",
+    "check_token_count",
     "perplexity",
 ]

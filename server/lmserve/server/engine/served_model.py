@@ -28,15 +28,21 @@ import numpy.typing as npt
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend, Vocabulary
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory, token_texts
-from lmserve.server.decoding.scoring import PreparedScoring, ScoredTexts, ScoreOptions, Scorer
+from lmserve.server.decoding.scoring import (
+    PreparedScoring,
+    ScoredTexts,
+    ScoreOptions,
+    Scorer,
+    check_token_count,
+)
 from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit
 from lmserve.server.engine.core import PrefixTotals
 from lmserve.server.engine.generation.sequence import GenerationRequest, GenerationStream
 from lmserve.server.engine.limits import EngineLimits
-from lmserve.server.errors import InvalidArgument, Unimplemented
+from lmserve.server.errors import Unimplemented
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry
-from lmserve.server.text.codec import TextCodec, WordCodec
+from lmserve.server.text.codec import TextCodec
 
 # Requests with more characters than this are tokenized off the event loop.
 _INLINE_ENCODE_CHARS = 65_536
@@ -239,33 +245,19 @@ class ServedModel:
         if not text:
             return []
         batch = self.codec.encode_texts([text])
-        limit = self.limits.requests.max_tokens_per_text
-        if len(batch.ids) > limit:
-            raise InvalidArgument(
-                field, f"has {len(batch.ids)} tokens, more than the limit of {limit}"
-            )
+        check_token_count(field, len(batch.ids), self.limits.requests.max_tokens_per_text)
         return [int(i) for i in batch.ids]
 
     def encode_tokens(self, tokens: Sequence[str], field: str = "tokens") -> list[int]:
         """Model tokens, taken as they are, as ids (`<unk>` for unknown ones)."""
-        limit = self.limits.requests.max_tokens_per_text
-        if len(tokens) > limit:
-            raise InvalidArgument(
-                field, f"has {len(tokens)} tokens, more than the limit of {limit}"
-            )
+        check_token_count(field, len(tokens), self.limits.requests.max_tokens_per_text)
         index, unk = self.vocab.index, self.vocab.unk_id
         return [index.get(t, unk) for t in tokens]
 
     def token_names_of_text(self, text: str, ids: Sequence[int]) -> list[str]:
         """The model tokens of `text` as the client keeps them: words as the tokenizer writes
         them (an unknown word stays itself), pieces as the vocabulary writes them."""
-        codec = self.codec
-        if isinstance(codec, WordCodec):
-            words = codec.split_batch([text])[0]
-            if len(words) == len(ids):
-                return words
-        words_of = self.vocab.words
-        return [words_of[i] for i in ids]
+        return self.codec.token_names(text, ids)
 
     def generate(
         self, prompt_ids: list[int], params: Any, deadline: float | None

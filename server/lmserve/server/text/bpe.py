@@ -12,17 +12,17 @@ matching decoder) is saved as `tokenizer.json` in the model folder and loaded fr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from lmserve.server.text.pieces import END_OF_WORD, PieceVocabulary
 from lmserve.server.text.vocab import EncodedBatch, Vocabulary
 from lmserve.server.text.word import WordTokenizer
 
 SPECIALS = ("<unk>", "<s>", "</s>")
-END_OF_WORD = "</w>"
 
 
 def _vocabulary(tokenizer: Tokenizer) -> Vocabulary:
@@ -45,6 +45,7 @@ class BpeCodec:
     """
 
     kind = "bpe"
+    tokens_are_words = False
 
     def __init__(
         self, tokenizer: Tokenizer, *, lowercase: bool = False, pattern: str | None = None
@@ -103,12 +104,30 @@ class BpeCodec:
         """Words as the word tokenizer counts them (per-word perplexity adds one `</s>` a line)."""
         return len(self.words.split(text))
 
+    def split_batch(self, texts: Sequence[str]) -> list[list[str]]:
+        """The words of each text (what its pieces spell)."""
+        return self.words.split_batch(texts)
+
     def word_separator_id(self) -> int | None:
         return None  # a word's last piece (`x</w>`) ends it
 
+    def piece_vocabulary(self) -> PieceVocabulary | None:
+        """`x</w>` adds x and ends the word; `x` adds x and does not."""
+        return PieceVocabulary.for_bpe(self.vocab)
+
+    def piece_decoder(self) -> Callable[[Sequence[int]], str] | None:
+        """`decode`: a piece's entry carries the `</w>` mark, not the text it adds."""
+        return self.decode
+
+    def token_names(self, text: str, ids: Sequence[int]) -> list[str]:
+        """The pieces as the vocabulary writes them (`x</w>` included: the client sends them
+        back as tokens)."""
+        names = self.vocab.words
+        return [names[i] for i in ids]
+
     def encode_texts(self, texts: Sequence[str]) -> EncodedBatch:
         """Splits into words, then words into subword ids (`<s>`/`</s>` not added)."""
-        return self.encode_token_lists(self.words.split_batch(texts))
+        return self.encode_token_lists(self.split_batch(texts))
 
     def encode_token_lists(self, token_lists: Sequence[Sequence[str]]) -> EncodedBatch:
         """Already split words (taken as they are) -> subword ids; unknown characters -> `<unk>`."""

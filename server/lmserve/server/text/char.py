@@ -14,11 +14,12 @@ or any non-printable character stays on one visible line: `\\\\` backslash, `\\s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from lmserve.server.text.pieces import PieceVocabulary
 from lmserve.server.text.vocab import EncodedBatch, Vocabulary
 from lmserve.server.text.word import WordTokenizer
 
@@ -101,6 +102,7 @@ class CharCodec:
     """
 
     kind = "character"
+    tokens_are_words = False
 
     def __init__(
         self, vocab: Vocabulary, *, lowercase: bool = False, pattern: str | None = None
@@ -153,10 +155,26 @@ class CharCodec:
         """Words as the word tokenizer counts them (per-word perplexity adds one `</s>` a line)."""
         return len(self.tokenizer.split(text))
 
+    def split_batch(self, texts: Sequence[str]) -> list[list[str]]:
+        """The words of each text (what its characters spell, joined by single spaces)."""
+        return self.tokenizer.split_batch(texts)
+
     def word_separator_id(self) -> int | None:
         """The space: it is dropped at the end of an encoded text, so a caller that appends
         whole words adds it."""
         return self.vocab.index.get(" ")
+
+    def piece_vocabulary(self) -> PieceVocabulary | None:
+        """The space ends a word and adds nothing to it; every other character adds itself."""
+        return PieceVocabulary.for_characters(self.vocab)
+
+    def piece_decoder(self) -> Callable[[Sequence[int]], str] | None:
+        return None  # each entry is its character
+
+    def token_names(self, text: str, ids: Sequence[int]) -> list[str]:
+        """The characters as the vocabulary writes them (the text is not needed)."""
+        names = self.vocab.words
+        return [names[i] for i in ids]
 
     def encode_texts(self, texts: Sequence[str]) -> EncodedBatch:
         """Normalises each text and maps its characters to ids (`<s>`/`</s>` not added)."""

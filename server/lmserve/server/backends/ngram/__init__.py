@@ -1,4 +1,5 @@
-"""The n-gram backend: ARPA reading, the memory-mapped binary format and KenLM-exact scoring.
+"""The n-gram backend: ARPA reading, the memory-mapped binary format and its model folders,
+KenLM-exact scoring and next-token distributions.
 
 model = NgramModel.from_arpa("kjv.5gram.arpa.gz")   # or NgramModel.load("model.lmbin")
 model.score(encode_token_lists([["in", "the", "beginning"]], model.vocab)).totals

@@ -32,13 +32,13 @@ import numpy.typing as npt
 from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.completion import top_k_subword_words, top_k_words
+from lmserve.server.decoding.scoring import check_token_count
 from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit, new_session_id
 from lmserve.server.engine.autocomplete.session_steps import SessionSteps
 from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.metrics import Metrics
-from lmserve.server.text.codec import TextCodec, WordCodec
-from lmserve.server.text.pieces import PieceVocabulary
+from lmserve.server.text.codec import TextCodec
 from lmserve.server.text.prefix_index import WordPrefixIndex
 
 # The words an n-gram session's distribution is computed from: any order up to this + 1 is
@@ -74,9 +74,8 @@ class Completer:
         vocab = backend.vocab
         specials = {vocab.bos_id, vocab.eos_id, vocab.unk_id, vocab.pad_id} - {-1}
         # Word models answer from one distribution; piece models search over pieces.
-        self._words = isinstance(codec, WordCodec)
-        self._index = WordPrefixIndex.from_vocab(vocab, specials) if self._words else None
-        self._pieces = None if self._words else _pieces(codec, vocab)
+        self._pieces = codec.piece_vocabulary()
+        self._index = WordPrefixIndex.from_vocab(vocab, specials) if self._pieces is None else None
         # Neural models keep states and step in batches; n-gram models need neither.
         self._steps = SessionSteps(model, stepper) if stepper.releases_gil else None
 
@@ -111,14 +110,12 @@ class Completer:
                     "rollback_tokens",
                     f"is {edit.rollback}, but the context holds only {length} tokens",
                 )
-            total = length - edit.rollback + len(edit.append)
-            if total > self.max_context_tokens:
-                field = "context.tokens" if not edit.append else edit.append_field
-                raise InvalidArgument(
-                    field,
-                    f"the context would hold {total} tokens, more than the limit of "
-                    f"{self.max_context_tokens}",
-                )
+            check_token_count(
+                edit.append_field if edit.append else "context.tokens",
+                length - edit.rollback + len(edit.append),
+                self.max_context_tokens,
+                holds="the context would hold",
+            )
             rebuilt = False
             if edit.context is not None:
                 rebuilt = await self.set_context(session, edit.context)
@@ -252,14 +249,6 @@ class Completer:
     def join(self, timeout: float) -> None:
         if self._steps is not None:
             self._steps.join(timeout)
-
-
-def _pieces(codec: TextCodec, vocab: Any) -> PieceVocabulary:
-    from lmserve.server.text.char import CharCodec
-
-    if isinstance(codec, CharCodec):
-        return PieceVocabulary.for_characters(vocab)
-    return PieceVocabulary.for_bpe(vocab)
 
 
 def _state_bytes(state: Any) -> int:
