@@ -3,25 +3,23 @@
     response = await rerank(served_models, limits, request, deadline)
 
 Every field is checked before any work starts, and a bad one is named by its path
-(`lists[3].hypotheses[7].scores["acoustic"]`). The hypotheses of all lists are scored together
-(`ServedModel.lm_scores`: equal to Score's totals, shared prefixes computed once on a neural
-model), then each list is combined and ranked (`decoding.rerank`).
+(`lists[3].hypotheses[7].scores["acoustic"]`). The work (scoring all lists together, combining,
+ranking) is the engine's (`engine.rerank.rerank_lists`); this module converts the message to
+its plain `NBestLists` and the result back to a `RerankResponse`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-
-import numpy as np
 
 from lmserve.server.api.model_use import use_model
 from lmserve.server.api.validation import check_no_empty_token, check_text_bytes, validate_options
 from lmserve.server.decoding.params import finite
-from lmserve.server.decoding.rerank import LengthUnit, RerankWeights, rank, text_length
+from lmserve.server.decoding.rerank import LengthUnit, RerankWeights
 from lmserve.server.engine.limits import RequestLimits
-from lmserve.server.engine.served_model import ServedModel, TextInput
+from lmserve.server.engine.rerank import NBestLists, rerank_lists
+from lmserve.server.engine.served_model import ServedModel
 from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
 from lmserve.v1 import lm_service_pb2 as pb
@@ -32,31 +30,6 @@ _UNITS = {
     pb.LENGTH_UNIT_WORDS: LengthUnit.WORDS,
     pb.LENGTH_UNIT_CHARACTERS: LengthUnit.CHARACTERS,
 }
-
-
-@dataclass(frozen=True)
-class _Hypotheses:
-    """Every hypothesis of a request, flattened in list order: each a text or a token list."""
-
-    items: list[str | list[str]]
-    scores: list[Mapping[str, float]]
-    list_bounds: list[int]  # list i holds hypotheses list_bounds[i]:list_bounds[i + 1]
-
-    def plain_text(self, i: int) -> str:
-        item = self.items[i]
-        return item if isinstance(item, str) else " ".join(item)
-
-    def groups(self) -> list[tuple[list[int], TextInput]]:
-        """The hypotheses given as text and those given as tokens, each group scored alike."""
-        texts = [i for i, item in enumerate(self.items) if isinstance(item, str)]
-        tokens = [i for i, item in enumerate(self.items) if not isinstance(item, str)]
-        out: list[tuple[list[int], TextInput]] = []
-        if texts:
-            out.append((texts, TextInput(texts=[str(self.items[i]) for i in texts])))
-        if tokens:
-            lists = [list(self.items[i]) for i in tokens]
-            out.append((tokens, TextInput(token_lists=lists)))
-        return out
 
 
 def rerank_weights(request: pb.RerankRequest) -> RerankWeights:
@@ -81,7 +54,7 @@ def rerank_weights(request: pb.RerankRequest) -> RerankWeights:
     )
 
 
-def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses:
+def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> NBestLists:
     """The hypotheses of every list, each with exactly one of text and tokens, finite scores,
     and the lists within the limits."""
     if not request.lists:
@@ -128,7 +101,7 @@ def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> _Hypotheses
     total = len(scores)
     if total > limits.max_texts_per_request:
         raise RequestTooLarge("lists", total, limits.max_texts_per_request, "hypotheses in all")
-    return _Hypotheses(items, scores, bounds)
+    return NBestLists(items, scores, bounds)
 
 
 async def rerank(
@@ -144,53 +117,24 @@ async def _rerank(
 ) -> pb.RerankResponse:
     weights = rerank_weights(request)
     options = validate_options(request)
-    hyps = _hypotheses(request, limits)
-    total = len(hyps.items)
-    log_probs = np.zeros(total, dtype=np.float64)
-    token_counts = np.zeros(total, dtype=np.int64)
-    oov_counts = np.zeros(total, dtype=np.int64)
-    response = pb.RerankResponse(model=served.name)
-    for positions, group in hyps.groups():
-        try:
-            lm = await served.lm_scores(group, options, deadline)
-        except InvalidArgument as exc:
-            raise _located(exc, hyps, positions) from None
-        log_probs[positions] = lm.log_probs
-        token_counts[positions] = lm.token_counts
-        oov_counts[positions] = lm.oov_counts
-        response.request_tokens += lm.request_tokens
-        response.computed_tokens += lm.computed_tokens
-    unit = weights.length_unit
-    lengths = np.fromiter(
-        (text_length(hyps.plain_text(i), unit, int(token_counts[i])) for i in range(total)),
-        dtype=np.int64,
-        count=total,
+    lists = _hypotheses(request, limits)
+    result = await rerank_lists(served, lists, weights, options, deadline)
+    response = pb.RerankResponse(
+        model=served.name,
+        request_tokens=result.request_tokens,
+        computed_tokens=result.computed_tokens,
     )
-    combined = weights.combine(log_probs, hyps.scores, lengths)
     for i, nbest in enumerate(request.lists):
-        lo, hi = hyps.list_bounds[i], hyps.list_bounds[i + 1]
+        lo = result.list_bounds[i]
         out = response.lists.add(id=nbest.id)
-        for position, local in enumerate(rank(combined[lo:hi]).tolist()):
+        for position, local in enumerate(result.rankings[i]):
             k = lo + local
             out.hypotheses.add(
                 index=local,
                 rank=position,
-                lm_log_prob=float(log_probs[k]),
-                combined_score=float(combined[k]),
-                length=int(lengths[k]),
-                oov_count=int(oov_counts[k]),
+                lm_log_prob=float(result.lm_log_probs[k]),
+                combined_score=float(result.combined[k]),
+                length=int(result.lengths[k]),
+                oov_count=int(result.oov_counts[k]),
             )
     return response
-
-
-def _located(exc: InvalidArgument, hyps: _Hypotheses, positions: list[int]) -> InvalidArgument:
-    """A scoring error on `texts[k]` of a group renamed to its list and hypothesis."""
-    field = exc.field
-    for prefix in ("texts[", "token_lists["):
-        if field.startswith(prefix):
-            k = positions[int(field[len(prefix) : field.index("]")])]
-            i = int(np.searchsorted(hyps.list_bounds, k, side="right")) - 1
-            j = k - hyps.list_bounds[i]
-            rest = field[field.index("]") + 1 :]
-            return InvalidArgument(f"lists[{i}].hypotheses[{j}]{rest}", exc.problem)
-    return exc
