@@ -45,6 +45,7 @@ from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.engine.workers.launch import WorkerSettings
 from lmserve.server.engine.workers.pool import WorkerPool
+from lmserve.server.long_lived import freeze_long_lived
 from lmserve.server.metrics import MergedRegistry, Metrics, serve_metrics
 from lmserve.server.registry.repository import (
     LoadOptions,
@@ -194,6 +195,7 @@ async def start_server(
     lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     await publish_health(health, models.entries())
+    freeze_long_lived()  # models and gRPC are loaded: later full collections skip them
     enable_reflection(  # v1 and v1alpha
         server,
         (

@@ -19,6 +19,7 @@ import logging
 
 from lmserve.server.api.health import HealthServicer, publish_health
 from lmserve.server.engine.served_models import ServedModels
+from lmserve.server.long_lived import freeze_long_lived
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelState
 from lmserve.server.registry.rescan import RepositoryScanner, RescanResult
@@ -47,6 +48,8 @@ class Reloader:
         async with self._lock:
             result = await asyncio.to_thread(self._rescan_and_swap)
             await publish_health(self.health, self.models.entries())
+            if result.changed:
+                freeze_long_lived()
             self._record(result)
             return result
 

@@ -47,6 +47,7 @@ from lmserve.server.engine.workers.wire import (
     picklable_error,
     recv_frame,
 )
+from lmserve.server.long_lived import freeze_long_lived
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import LoadOptions, ModelEntry, ModelState, load_entry
 
@@ -293,6 +294,7 @@ def run_worker(spec: WorkerSpec, sock: socket.socket) -> None:
     core = EngineCore(entry, spec.limits, metrics, poster=WirePoster(sender))
     server = _WorkerServer(core, metrics, sender, loop)
     threading.Thread(target=_read_front, args=(sock, server), daemon=True).start()
+    freeze_long_lived()  # the model is loaded: full collections need not walk it
     sender.send((Kind.READY, os.getpid()))
     loop.run_until_complete(_serve(server))
     core.close()
