@@ -12,6 +12,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from lmserve.server.engine.stats import EngineStats
+from lmserve.server.engine.stats_export import metric_families
 from lmserve.server.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +54,8 @@ def one(kind: str, name: str | None = None) -> dict[str, Any]:
 
 
 def exported_samples() -> dict[str, set[str]]:
-    """Every sample name a fresh `Metrics` exports, with its label names.
+    """Every sample name the server exports, with its label names: a fresh `Metrics`' (the
+    front's) and the engine stats' (`stats_export`, one model "x" with one session event).
 
     A fresh registry's labelled metrics have no children, hence no samples: one child of each
     (label values "x") makes `collect()` show the real sample names (`_total`, `_bucket`, ...).
@@ -62,8 +65,10 @@ def exported_samples() -> dict[str, set[str]]:
     for value in vars(metrics).values():
         if isinstance(value, MetricWrapperBase) and value._labelnames:
             value.labels(*["x"] * len(value._labelnames))
+    engine = EngineStats("x")
+    engine.session_event("x")
     samples: dict[str, set[str]] = {}
-    for family in registry.collect():
+    for family in [*registry.collect(), *metric_families([engine])]:
         for sample in family.samples:
             samples.setdefault(sample.name, set()).update(sample.labels)
     return samples

@@ -1,5 +1,5 @@
 """The Grafana dashboard and the alert rules query only metrics, labels and label values that
-`lmserve.server.metrics.Metrics` exports, and the dashboard shows every exported metric."""
+the server exports (`Metrics`, `stats_export`), and the dashboard shows every exported metric."""
 
 from __future__ import annotations
 

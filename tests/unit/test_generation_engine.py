@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
 from test_stepping import EagerBackend
 
 from lmserve.server.backends.ngram import NgramModel
@@ -26,8 +25,8 @@ from lmserve.server.engine.generation.sequence import (
     GenerationStream,
     TokenEvent,
 )
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.errors import ModelOutputError, Overloaded
-from lmserve.server.metrics import Metrics
 
 BIGRAM = """\\data\\
 ngram 1=7
@@ -94,17 +93,17 @@ async def _wait(predicate: Any, timeout: float = 5.0) -> None:
 
 
 def test_active_sequences_gauge_counts_every_running_sequence(bigram: NgramModel) -> None:
-    registry = CollectorRegistry()
+    stats = EngineStats("bi")
     scheduler = GenerationScheduler(
         "bi",
         make_stepper(bigram),
         bigram.vocab,
         GenerationLimits(max_unread_events=10**9),  # unread streams stay running (no parking)
-        Metrics(registry),
+        stats,
     )
 
-    def gauge() -> float | None:
-        return registry.get_sample_value("lmserve_active_sequences", {"model": "bi"})
+    def gauge() -> int:
+        return stats.active_sequences
 
     async def main() -> None:
         streams = [scheduler.submit(GenerationRequest([], _params(10**6, n=2))) for _ in range(5)]
@@ -379,38 +378,45 @@ def test_finish_events_still_end_every_sample(bigram: NgramModel) -> None:
 # -- metrics ---------------------------------------------------------------------------------
 
 
-def test_observe_many_equals_repeated_observe() -> None:
-    from prometheus_client import Histogram
+def test_grouped_observations_export_as_prometheus_repeated_observes() -> None:
+    """A stats histogram's `observe(value, count)` exports what `count` prometheus-client
+    observations give (values on bucket edges and past the last bound included)."""
+    from collections.abc import Iterable
 
-    from lmserve.server.engine.generation.batch import observe_many
+    from prometheus_client import CollectorRegistry, Histogram, Metric
 
-    grouped, single = CollectorRegistry(), CollectorRegistry()
-    a = Histogram("itl", "", buckets=(0.001, 0.01, 0.1, 1.0), registry=grouped)
-    b = Histogram("itl", "", buckets=(0.001, 0.01, 0.1, 1.0), registry=single)
-    for value, count in [(0.0005, 3), (0.001, 2), (0.05, 7), (1.0, 1), (30.0, 4)]:
-        observe_many(a, value, count)
+    from lmserve.server.engine.stats_export import metric_families
+    from lmserve.server.metrics import DURATION_BUCKETS
+
+    name = "lmserve_inter_token_latency_seconds"
+    registry = CollectorRegistry()
+    single = Histogram(name, "", ["model"], buckets=DURATION_BUCKETS, registry=registry)
+    stats = EngineStats("m")
+    for value, count in [(0.0005, 3), (0.001, 2), (0.05, 7), (1.0, 1), (30.0, 4), (99.0, 2)]:
+        stats.inter_token_latency.observe(value, count)
         for _ in range(count):
-            b.observe(value)
+            single.labels(model="m").observe(value)
 
-    def samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+    def samples(families: Iterable[Metric]) -> list[tuple[str, dict[str, str], float]]:
         return [
             (s.name, s.labels, round(s.value, 9))
-            for m in registry.collect()
+            for m in families
+            if m.name == name
             for s in m.samples
             if not s.name.endswith("_created")
         ]
 
-    assert samples(grouped) == samples(single)
+    assert samples(metric_families([stats])) == samples(registry.collect())
 
 
 def test_inter_token_latency_counts_every_gap(bigram: NgramModel) -> None:
-    registry = CollectorRegistry()
+    stats = EngineStats("bi")
     scheduler = GenerationScheduler(
         "bi",
         make_stepper(bigram),
         bigram.vocab,
         GenerationLimits(max_unread_events=10**9),  # unread streams stay running (no parking)
-        Metrics(registry),
+        stats,
     )
 
     async def main() -> None:
@@ -418,6 +424,6 @@ def test_inter_token_latency_counts_every_gap(bigram: NgramModel) -> None:
         await asyncio.gather(*(_tokens(s) for s in streams))
 
     _run(scheduler, main)
-    labels = {"model": "bi"}
-    assert registry.get_sample_value("lmserve_inter_token_latency_seconds_count", labels) == 54
-    assert registry.get_sample_value("lmserve_generated_tokens_total", labels) == 60
+    assert stats.inter_token_latency.count == 54
+    assert stats.generated_tokens == 60
+    assert stats.time_to_first_token.count == 3  # one per request (its first sample's)

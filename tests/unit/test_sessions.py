@@ -8,14 +8,13 @@ from pathlib import Path
 
 import numpy as np
 from neural_folders import VOCAB, tiny_model, write_onnx_folder
-from prometheus_client import CollectorRegistry
 
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.engine.autocomplete.session_steps import SessionSteps
 from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.manifest import read_manifest
-from lmserve.server.metrics import Metrics
 from lmserve.server.registry.loaders import LoadContext, load_backend
 
 
@@ -26,18 +25,15 @@ def _session(name: str, floats: int = 0) -> Session:
 
 
 def test_least_recently_used_sessions_go_first_past_the_count() -> None:
-    metrics = Metrics(CollectorRegistry())
-    cache = SessionCache("m", SessionLimits(max_sessions=2), metrics)
+    stats = EngineStats("m")
+    cache = SessionCache("m", SessionLimits(max_sessions=2), stats)
     for name in ("a", "b"):
         cache.put(_session(name))
     assert cache.get("a") is not None  # a is now the most recently used
     cache.put(_session("c"))
     assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
-    value = metrics.registry.get_sample_value
-    assert value("lmserve_complete_sessions", {"model": "m"}) == 2
-    assert value("lmserve_complete_session_events_total", {"model": "m", "event": "evicted"}) == 1
-    assert value("lmserve_complete_session_events_total", {"model": "m", "event": "miss"}) == 1
-    assert value("lmserve_complete_session_events_total", {"model": "m", "event": "hit"}) == 3
+    assert stats.sessions_active == 2
+    assert stats.session_events == {"hit": 3, "miss": 1, "evicted": 1}
 
 
 def test_sessions_past_the_memory_bound_are_evicted() -> None:

@@ -42,7 +42,8 @@ from lmserve.server.api.reflection import enable_reflection
 from lmserve.server.api.reloading import Reloader
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.engine.limits import EngineLimits
-from lmserve.server.engine.served_models import ServedModels
+from lmserve.server.engine.served_models import EngineFactory, InProcessEngines, ServedModels
+from lmserve.server.engine.stats_export import EngineStatsCollector
 from lmserve.server.engine.workers.launch import WorkerSettings
 from lmserve.server.engine.workers.pool import WorkerPool
 from lmserve.server.long_lived import freeze_long_lived
@@ -189,8 +190,16 @@ async def start_server(
     health = HealthServicer()
     limits = EngineLimits.from_settings(settings)
     workers = _worker_pool(settings, limits, metrics, health) if settings.engine_workers else None
+    engines: EngineFactory
+    if workers is None:
+        # In-process engines' stats export through the front's registry; workers' are merged
+        # in at each scrape (`exposed` below).
+        engines = in_process = InProcessEngines(limits)
+        metrics.registry.register(EngineStatsCollector(in_process.stats))
+    else:
+        engines = workers
     # Blocking: each worker loads its model (all at once) before the port opens.
-    models = await asyncio.to_thread(ServedModels, repository, limits, metrics, workers)
+    models = await asyncio.to_thread(ServedModels, repository, limits, metrics, engines)
     servicer = LanguageModelServicer(models, metrics)
     lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -1,14 +1,16 @@
-"""Every Prometheus metric the server exports, bound to one registry (a fresh one per test).
+"""The front's Prometheus metrics, bound to one registry (a fresh one per test), and /metrics.
 
 metrics = Metrics(CollectorRegistry())
 metrics.requests.labels(method="Score", model="kjv", code="OK").inc()
 serve_metrics(MergedRegistry(metrics.registry, pool.metric_families), host, port)
 
-Each engine worker process keeps a `Metrics` of its own (the engine's counters: passes, steps,
-tokens, sessions); the front asks every live worker for its samples at each scrape and
-`MergedRegistry` serves them with the front's under the same names and labels, so /metrics
-reads as one server. (prometheus-client's multiprocess mode was the alternative: files per
-process and no live gauges; a scrape that asks costs one round trip per worker.)
+These are the front's own metrics (requests, scored texts, models, workers). The engines'
+(batches, queue waits, generation, sessions) are plain `engine.stats.EngineStats` that
+`engine.stats_export` turns into metric families: the front asks every live engine worker for
+its stats at each scrape and `MergedRegistry` serves them with the front's, so /metrics reads as
+one server (in-process engines: a collector on the front's registry). prometheus-client's
+multiprocess mode was the alternative: files per process and no live gauges; a scrape that
+asks costs one round trip per worker.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
 from prometheus_client.exposition import start_http_server
 
-# Scoring requests take from tens of microseconds to seconds.
+# Scoring requests take from tens of microseconds to seconds (engine stats too).
 DURATION_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
-# Texts per micro-batched forward pass.
+# Texts per micro-batched forward pass (the engines' histogram, `engine.stats`).
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 
@@ -69,60 +71,6 @@ class Metrics:
             registry=registry,
         )
 
-        self.batch_size = Histogram(
-            "lmserve_batch_size",
-            "Texts per forward pass of the micro-batcher (requests merged into one).",
-            ["model"],
-            buckets=BATCH_BUCKETS,
-            registry=registry,
-        )
-        self.queue_duration = Histogram(
-            "lmserve_queue_duration_seconds",
-            "Time a request waited in the micro-batching queue before its forward pass began.",
-            ["model"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-
-        # Generation (the continuous-batching scheduler).
-        self.time_to_first_token = Histogram(
-            "lmserve_time_to_first_token_seconds",
-            "Time from a Generate request's arrival to its first generated token.",
-            ["model"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.inter_token_latency = Histogram(
-            "lmserve_inter_token_latency_seconds",
-            "Time between two consecutive tokens of one generated sequence.",
-            ["model"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.generated_tokens = Counter(
-            "lmserve_generated_tokens",
-            "Tokens generated (every sample of every request).",
-            ["model"],
-            registry=registry,
-        )
-        self.active_sequences = Gauge(
-            "lmserve_active_sequences",
-            "Sequences the generation scheduler is stepping right now.",
-            ["model"],
-            registry=registry,
-        )
-        self.parked_sequences = Gauge(
-            "lmserve_parked_sequences",
-            "Sequences paused because their client reads slower than they generate.",
-            ["model"],
-            registry=registry,
-        )
-        self.pending_requests = Gauge(
-            "lmserve_pending_requests",
-            "Generate requests waiting for a slot in the generation scheduler.",
-            ["model"],
-            registry=registry,
-        )
         self.rerank_request_tokens = Counter(
             "lmserve_rerank_request_tokens",
             "Tokens the Rerank hypotheses hold (</s> included when scored).",
@@ -133,18 +81,6 @@ class Metrics:
             "lmserve_rerank_computed_tokens",
             "Tokens the model computed for Rerank (prefixes shared by hypotheses count once).",
             ["model"],
-            registry=registry,
-        )
-        self.sessions_active = Gauge(
-            "lmserve_complete_sessions",
-            "Autocomplete sessions whose state the server holds.",
-            ["model"],
-            registry=registry,
-        )
-        self.session_events = Counter(
-            "lmserve_complete_session_events",
-            "Autocomplete session cache events: hit, miss, rebuild, evicted.",
-            ["model", "event"],
             registry=registry,
         )
         self.worker_rss = Gauge(

@@ -1,6 +1,6 @@
 """`EngineCore`: one model's compute, the same object in an engine worker and in-process.
 
-    core = EngineCore(entry, EngineLimits(), metrics)
+    core = EngineCore(entry, EngineLimits(), EngineStats(entry.name))
     scores = await core.score(prepared, deadline)            # BatchScores (scoring queue)
     totals = await core.prefix_totals(ids, offsets, eos=True, deadline=None)
     stream = core.generate(GenerationRequest(prompt_ids, params, deadline))
@@ -8,7 +8,8 @@
     answer = await core.complete(CompleteEdit(session_id, append=[17], partial="th", k=3))
 
 It owns what computes: the scoring queue (bounded, fair units on a thread), the generation
-scheduler and the beam searches (both started on first use) and the autocomplete sessions.
+scheduler and the beam searches (both started on first use) and the autocomplete sessions;
+they record into one `EngineStats` (`stats`), which whoever serves /metrics exports.
 What it takes and returns is plain data (ids, arrays, dataclasses), so `workers` can carry
 every call across a process boundary unchanged; text (tokenizing, detokenized alternatives,
 messages) stays with `ServedModel` in the front.
@@ -38,7 +39,7 @@ from lmserve.server.engine.generation.scheduler import GenerationScheduler
 from lmserve.server.engine.generation.sequence import GenerationRequest, GenerationStream
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.scoring.queue import ScoringQueue
-from lmserve.server.metrics import Metrics
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.registry.repository import ModelEntry
 
 
@@ -57,7 +58,7 @@ class EngineCore:
         self,
         entry: ModelEntry,
         limits: EngineLimits,
-        metrics: Metrics | None = None,
+        stats: EngineStats | None = None,
         *,
         poster: Poster | None = None,
     ) -> None:
@@ -67,7 +68,7 @@ class EngineCore:
         # event loop; an engine worker sends them to the front instead.
         self._poster = poster
         self.limits = limits
-        self._metrics = metrics
+        self.stats = stats = stats if stats is not None else EngineStats(self.name)
         self.backend: LanguageModelBackend = entry.scorer.backend
         codec = entry.scorer.codec
         self._detokenizer = detokenizer_factory(codec, self.backend.vocab)
@@ -75,7 +76,7 @@ class EngineCore:
         # A model that computes without the GIL (ONNX Runtime, torch) is neural: all its
         # scoring goes to the queue's thread; the n-gram kernel's small requests run inline.
         self.scoring = ScoringQueue(
-            self.name, self.backend, limits.scoring, metrics, inline=not self.stepper.releases_gil
+            self.name, self.backend, limits.scoring, stats, inline=not self.stepper.releases_gil
         )
         self._scheduler: GenerationScheduler | None = None
         self._lock = threading.Lock()
@@ -87,7 +88,7 @@ class EngineCore:
             self.stepper,
             codec,
             limits.sessions,
-            metrics,
+            stats,
             lowercase=bool(manifest and manifest.tokenizer.lowercase),
             max_context_tokens=limits.requests.max_tokens_per_text,
         )
@@ -133,7 +134,7 @@ class EngineCore:
                     self.stepper,
                     self.backend.vocab,
                     self.limits.generation,
-                    self._metrics,
+                    self.stats,
                     self._detokenizer,
                     poster=self._poster,
                 )

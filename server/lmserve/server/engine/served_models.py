@@ -7,7 +7,8 @@
 
 The registry loads (manifest -> backend -> `ModelEntry`); this map turns each READY entry into
 the `ServedModel` that serves it, with the engine that `engines` starts for it: an engine worker
-process per model (`workers.WorkerPool`), or an in-process `EngineCore` (the default here).
+process per model (`workers.WorkerPool`), or an in-process `EngineCore` (`InProcessEngines`,
+the default here).
 Failed entries stay listed, with their load error; so does a model whose engine worker keeps
 dying (`entries()` shows it FAILED with the reason, until a reload replaces it).
 
@@ -30,6 +31,7 @@ from contextlib import contextmanager
 from lmserve.server.engine.core import EngineCore
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_model import ModelEngine, ServedModel
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.errors import ModelNotFound, ModelUnavailable
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry, ModelRepository, ModelState
@@ -45,13 +47,29 @@ def split_version(model: str) -> tuple[str, str | None]:
 EngineFactory = Callable[[Sequence[ModelEntry]], list[ModelEngine]]
 
 
-def in_process_engines(limits: EngineLimits, metrics: Metrics | None) -> EngineFactory:
-    """Engines on this process's own threads (tests of the engine, `engine_workers: false`)."""
+class InProcessEngines:
+    """Engines on this process's own threads (tests of the engine, `engine_workers: false`).
 
-    def start(entries: Sequence[ModelEntry]) -> list[ModelEngine]:
-        return [EngineCore(entry, limits, metrics) for entry in entries]
+    One `EngineStats` per model name, shared by the engines a reload starts for it, so its
+    counters go on across reloads as one series; `stats` is what the front exports for them
+    (`stats_export.EngineStatsCollector`)."""
 
-    return start
+    def __init__(self, limits: EngineLimits) -> None:
+        self.limits = limits
+        self._stats: dict[str, EngineStats] = {}
+
+    def __call__(self, entries: Sequence[ModelEntry]) -> list[ModelEngine]:
+        return [EngineCore(entry, self.limits, self._stats_of(entry.name)) for entry in entries]
+
+    def _stats_of(self, name: str) -> EngineStats:
+        stats = self._stats.get(name)
+        if stats is None:
+            stats = self._stats[name] = EngineStats(name)
+        return stats
+
+    def stats(self) -> list[EngineStats]:
+        """Every model's stats so far (any thread: a scrape)."""
+        return list(self._stats.values())
 
 
 class ServedModels:
@@ -67,7 +85,7 @@ class ServedModels:
         self.repository = repository
         self.limits = limits
         self._metrics = metrics
-        self._engines = engines or in_process_engines(limits, metrics)
+        self._engines = engines or InProcessEngines(limits)
         self._lock = threading.RLock()
         self._users: dict[ServedModel, int] = {}
         self._retired: set[ServedModel] = set()

@@ -1,6 +1,6 @@
 """Autocomplete for one served model: sessions, their context edits, and the next words.
 
-    completer = Completer(served_name, backend, stepper, codec, limits, metrics)
+    completer = Completer(served_name, backend, stepper, codec, limits, stats)
     session = completer.session(session_id)               # held, or a new empty one
     rebuilt = await completer.set_context(session, ids)   # reuse when equal, else rebuild
     await completer.rollback(session, 2); await completer.append(session, ids)
@@ -36,8 +36,8 @@ from lmserve.server.decoding.scoring import check_token_count
 from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit, new_session_id
 from lmserve.server.engine.autocomplete.session_steps import SessionSteps
 from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.errors import InvalidArgument
-from lmserve.server.metrics import Metrics
 from lmserve.server.text.codec import TextCodec
 from lmserve.server.text.prefix_index import WordPrefixIndex
 
@@ -58,7 +58,7 @@ class Completer:
         stepper: Stepper,
         codec: TextCodec,
         limits: SessionLimits,
-        metrics: Metrics | None = None,
+        stats: EngineStats | None = None,
         *,
         lowercase: bool = False,
         max_context_tokens: int = 100_000,
@@ -70,7 +70,7 @@ class Completer:
         self.codec = codec
         self.limits = limits
         self.lowercase = lowercase
-        self.cache = SessionCache(model, limits, metrics)
+        self.cache = SessionCache(model, limits, stats)
         vocab = backend.vocab
         specials = {vocab.bos_id, vocab.eos_id, vocab.unk_id, vocab.pad_id} - {-1}
         # Word models answer from one distribution; piece models search over pieces.

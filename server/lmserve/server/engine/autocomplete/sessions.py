@@ -1,6 +1,6 @@
 """Autocomplete sessions: each session's context and model state, kept between keystrokes.
 
-    cache = SessionCache("kjv-lstm", SessionLimits(), metrics)
+    cache = SessionCache("kjv-lstm", SessionLimits(), stats)
     session = cache.get(session_id)            # None: unknown, expired or evicted (a miss)
     cache.put(session)                          # most recently used; evicts past the bounds
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.metrics import Metrics
+from lmserve.server.engine.stats import EngineStats
 
 
 @dataclass(frozen=True)
@@ -78,10 +78,10 @@ class Session:
 class SessionCache:
     """Sessions of one model, least recently used first (thread-safe)."""
 
-    def __init__(self, model: str, limits: SessionLimits, metrics: Metrics | None = None) -> None:
+    def __init__(self, model: str, limits: SessionLimits, stats: EngineStats | None = None) -> None:
         self.model = model
         self.limits = limits
-        self._metrics = metrics
+        self.stats = stats if stats is not None else EngineStats(model)
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()
         self._bytes = 0
@@ -143,9 +143,7 @@ class SessionCache:
         self._bytes -= session.counted_bytes
 
     def _event(self, event: str) -> None:
-        if self._metrics is not None:
-            self._metrics.session_events.labels(model=self.model, event=event).inc()
+        self.stats.session_event(event)
 
     def _gauge(self) -> None:
-        if self._metrics is not None:
-            self._metrics.sessions_active.labels(model=self.model).set(len(self._sessions))
+        self.stats.sessions_active = len(self._sessions)

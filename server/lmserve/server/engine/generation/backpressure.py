@@ -20,20 +20,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.engine.generation.batch import ActiveSequence, Rows, RunningBatch, expired
 from lmserve.server.engine.generation.sequence import Event, GenerationStream
+from lmserve.server.engine.stats import EngineStats
 
 
 class Parking:
     """The parked streams of one scheduler and their rows."""
 
-    def __init__(self, max_unread: int, wake: Callable[[], None], gauge: Any = None) -> None:
+    def __init__(
+        self, max_unread: int, wake: Callable[[], None], stats: EngineStats | None = None
+    ) -> None:
         self.max_unread = max_unread
         self._wake = wake  # wakes the scheduler (called on the event loop)
-        self._gauge = gauge  # lmserve_parked_sequences{model}
+        self._stats = stats  # its `parked_sequences`
         self.resume_below = max(1, max_unread // 2)
         self._rows: dict[GenerationStream, Rows] = {}
         self.samples = 0  # slots the parked samples hold
@@ -101,8 +103,8 @@ class Parking:
         return gone
 
     def _count(self) -> None:
-        if self._gauge is not None:
-            self._gauge.set(self.samples)
+        if self._stats is not None:
+            self._stats.parked_sequences = self.samples
 
     def _leaves(self, stream: GenerationStream, now_mono: float) -> bool:
         return stream.cancelled or expired(stream, now_mono) or stream.unread < self.resume_below

@@ -1,19 +1,19 @@
 """The sequences a scheduler steps together: their rows of log-probs and model state.
 
-    batch = RunningBatch(model, stepper, vocab, detokenizer, metrics)
+    batch = RunningBatch(model, stepper, vocab, detokenizer, stats)
     batch.join(streams, log_probs, state)        # prompts read: one row per sample
     events = batch.drop_gone(now)                 # cancelled, deadline passed: rows leave
     events, failed = batch.draw()                 # one token per row; finished rows leave
     batch.step()                                  # ONE Stepper.step over the survivors
 
 Row i of `log_probs` and of `state` always belongs to `sequences[i]`; every change of the rows
-goes through `_set_rows`, which also keeps the `lmserve_active_sequences` gauge equal to the
-number of rows (it read 0 while 256 sequences ran when only some changes set it).
+goes through `_set_rows`, which also keeps `stats.active_sequences` (the
+`lmserve_active_sequences` gauge) equal to the number of rows (it read 0 while 256 sequences ran
+when only some changes set it).
 """
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,8 +33,8 @@ from lmserve.server.engine.generation.sequence import (
     TokenEvent,
     Usage,
 )
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.errors import ModelOutputError
-from lmserve.server.metrics import Metrics
 
 
 class ActiveSequence:
@@ -123,20 +123,22 @@ class RunningBatch:
         stepper: Stepper,
         vocab: Any,
         detokenizer: Callable[[], Detokenizer],
-        metrics: Metrics | None = None,
+        stats: EngineStats | None = None,
     ) -> None:
         self.model = model
         self.stepper = stepper
         self.vocab = vocab
         self._detokenizer = detokenizer
-        self._metrics = metrics
+        self.stats = stats = stats if stats is not None else EngineStats(model)
+        # Bound once: `draw` records per step.
+        self._ttft = stats.time_to_first_token
+        self._itl = stats.inter_token_latency
         self.sequences: list[ActiveSequence] = []
         self.log_probs: npt.NDArray[Any] | None = None
         self.state: Any = None
         self.steps = 0
         self.step_seconds = 0.0  # moving average of a batched step's time (prefill sizing)
         self._next_tokens: list[int] = []
-        self._gauge = metrics.active_sequences.labels(model=model) if metrics else None
         self._set_rows([], None, None)
 
     def __len__(self) -> int:
@@ -146,8 +148,7 @@ class RunningBatch:
         self, sequences: list[ActiveSequence], log_probs: npt.NDArray[Any] | None, state: Any
     ) -> None:
         self.sequences, self.log_probs, self.state = sequences, log_probs, state
-        if self._gauge is not None:
-            self._gauge.set(len(sequences))
+        self.stats.active_sequences = len(sequences)
 
     def join(
         self, streams: Sequence[GenerationStream], log_probs: npt.NDArray[Any], state: Any
@@ -245,7 +246,6 @@ class RunningBatch:
         events: dict[GenerationStream, list[Event]] = {}
         keep: list[int] = []
         next_tokens: list[int] = []
-        metrics = self._metrics
         gaps: dict[float, int] = {}  # last token's time -> sequences (most share one)
         failed = {active[i].stream for i in drawn.failed}
         for i, seq in enumerate(active):
@@ -256,10 +256,8 @@ class RunningBatch:
             seq.log_prob += token_lp
             if seq.generated == 0:
                 seq.first_time = now
-                if metrics is not None and seq.sample_index == 0:
-                    metrics.time_to_first_token.labels(model=self.model).observe(
-                        now - seq.request.arrived
-                    )
+                if seq.sample_index == 0:
+                    self._ttft.observe(now - seq.request.arrived)
             else:
                 gaps[seq.last_time] = gaps.get(seq.last_time, 0) + 1
             seq.last_time = now
@@ -274,11 +272,10 @@ class RunningBatch:
             else:
                 keep.append(i)
                 next_tokens.append(token_id)
-        if metrics is not None:
-            metrics.generated_tokens.labels(model=self.model).inc(len(active) - len(drawn.failed))
-            itl = metrics.inter_token_latency.labels(model=self.model)
-            for last, count in gaps.items():
-                observe_many(itl, now - last, count)
+        self.stats.generated(len(active) - len(drawn.failed))
+        itl = self._itl
+        for last, count in gaps.items():
+            itl.observe(now - last, count)
         self.keep(keep)
         self._next_tokens = next_tokens
         return events, list(failed)
@@ -293,23 +290,6 @@ class RunningBatch:
         seconds = time.perf_counter() - started
         self.step_seconds = seconds if not self.steps else 0.8 * self.step_seconds + 0.2 * seconds
         self.steps += 1
-
-
-def observe_many(histogram: Any, value: float, count: int) -> None:
-    """`count` observations of `value` in one update: the sequences of a batch share their
-    token times, so per-token `observe` calls (a lock and a bucket scan each) were 32 a step at
-    32 streams. Uses prometheus_client's histogram fields; without them, one call per count."""
-    bounds = getattr(histogram, "_upper_bounds", None)
-    buckets = getattr(histogram, "_buckets", None)
-    total = getattr(histogram, "_sum", None)
-    if bounds is None or buckets is None or total is None or count == 1:
-        for _ in range(count):
-            histogram.observe(value)
-        return
-    total.inc(value * count)
-    index = bisect.bisect_left(bounds, value)  # the first bucket with value <= bound
-    if index < len(buckets):
-        buckets[index].inc(count)
 
 
 def output_error(stream: GenerationStream) -> ModelOutputError:

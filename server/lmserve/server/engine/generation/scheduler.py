@@ -1,6 +1,6 @@
 """Continuous batching: one scheduler per model steps every active sequence in one batched call.
 
-    scheduler = GenerationScheduler(name, stepper, vocab, GenerationLimits(), metrics)
+    scheduler = GenerationScheduler(name, stepper, vocab, GenerationLimits(), stats)
     stream = scheduler.submit(GenerationRequest(prompt_ids, params, deadline))
     async for event in stream: ...               # TokenEvent per token, FinishEvent per sample
 
@@ -49,8 +49,8 @@ from lmserve.server.engine.generation.limits import GenerationLimits
 from lmserve.server.engine.generation.prefill import Prefill
 from lmserve.server.engine.generation.sequence import Event, GenerationRequest, GenerationStream
 from lmserve.server.engine.retry_estimate import slot_delay
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.errors import Overloaded
-from lmserve.server.metrics import Metrics
 
 __all__ = ["GenerationLimits", "GenerationScheduler"]
 
@@ -74,7 +74,7 @@ class GenerationScheduler:
         stepper: Stepper,
         vocab: Any,
         limits: GenerationLimits,
-        metrics: Metrics | None = None,
+        stats: EngineStats | None = None,
         detokenizer: Callable[[], Detokenizer] | None = None,
         *,
         poster: Poster | None = None,
@@ -83,14 +83,13 @@ class GenerationScheduler:
         self.stepper = stepper
         self.vocab = vocab
         self.limits = limits
-        self._metrics = metrics
+        self.stats = stats = stats if stats is not None else EngineStats(model)
         # Each sample gets a fresh detokenizer of the model's codec (words by default).
         make_detokenizer = detokenizer or (lambda: WordDetokenizer(vocab))
-        self._batch = RunningBatch(model, stepper, vocab, make_detokenizer, metrics)
+        self._batch = RunningBatch(model, stepper, vocab, make_detokenizer, stats)
         self._prefill = Prefill(stepper, vocab.bos_id, limits.prefill_chunk_tokens)
         self._admission = Admission(model, limits, self._retry_after)
-        gauge = metrics.parked_sequences.labels(model=model) if metrics else None
-        self._parking = Parking(limits.max_unread_events, self._wake, gauge)
+        self._parking = Parking(limits.max_unread_events, self._wake, stats)
         self._cond = threading.Condition()
         self._closed = False
         # Prefilling samples hold their slots; read by `submit` on the event loop.
@@ -290,5 +289,4 @@ class GenerationScheduler:
         self._poster.post(items)
 
     def _set_pending(self, count: int) -> None:
-        if self._metrics is not None:
-            self._metrics.pending_requests.labels(model=self.model).set(count)
+        self.stats.pending_requests = count

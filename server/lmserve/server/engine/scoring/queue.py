@@ -1,6 +1,6 @@
 """Bounded, fair scoring work: every request is cut into units, units run one pass at a time.
 
-    queue = ScoringQueue("kjv-lstm", backend, ScoringLimits(unit_tokens=256), metrics)
+    queue = ScoringQueue("kjv-lstm", backend, ScoringLimits(unit_tokens=256), stats)
     scores = await queue.score(prepared, deadline)   # BatchScores of the whole request
 
 Why units: a recurrent model scores a pass of `rows x padded length` positions at once and
@@ -42,8 +42,8 @@ from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.engine.retry_estimate import Throughput, drain_delay
 from lmserve.server.engine.scoring.jobs import Job, StepJob, resolve
 from lmserve.server.engine.scoring.units import concat, cut_units, gather
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.errors import DeadlineExceeded, ModelUnavailable, Overloaded
-from lmserve.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +80,17 @@ class ScoringQueue:
         model: str,
         backend: LanguageModelBackend,
         limits: ScoringLimits,
-        metrics: Metrics | None = None,
+        stats: EngineStats | None = None,
         *,
         inline: bool = False,
     ) -> None:
         self.model = model
         self.backend = backend
         self.limits = limits
-        self._metrics = metrics
+        self.stats = stats = stats if stats is not None else EngineStats(model)
+        # Bound once: every pass records its rows and its requests' waits.
+        self._batch_size = stats.batch_size
+        self._queue_duration = stats.queue_duration
         # Whether small requests run on the caller's thread (cheap n-gram lookups).
         self._inline = inline
         self._jobs: deque[Job | StepJob] = deque()
@@ -284,8 +287,8 @@ class ScoringQueue:
             return
         self.passes += 1
         job.seconds += time.perf_counter() - started
-        if self._metrics is not None and job.enqueued:
-            self._metrics.queue_duration.labels(model=self.model).observe(started - job.enqueued)
+        if job.enqueued:
+            self._queue_duration.observe(started - job.enqueued)
             job.enqueued = 0.0
 
     def _drop(self, job: Job | StepJob) -> None:
@@ -362,11 +365,8 @@ class ScoringQueue:
         resolve(job, exc)
 
     def _record(self, jobs: list[Job], started: float, rows: int) -> None:
-        metrics = self._metrics
-        if metrics is None:
-            return
-        metrics.batch_size.labels(model=self.model).observe(rows)
-        queue = metrics.queue_duration.labels(model=self.model)
+        self._batch_size.observe(rows)
+        queue = self._queue_duration
         for job in jobs:
             if job.enqueued:
                 queue.observe(started - job.enqueued)

@@ -2,7 +2,7 @@
 
 pool = WorkerPool(WorkerSettings.from_settings(settings), limits, metrics, loop, on_health)
 models = ServedModels(repository, limits, metrics, engines=pool)   # a WorkerEngine each
-pool.metric_families()       # every live worker's metrics, for the front's /metrics
+pool.metric_families()       # every live worker's engine stats as metrics, for /metrics
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from prometheus_client import Metric
 
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_model import ModelEngine
+from lmserve.server.engine.stats_export import metric_families
 from lmserve.server.engine.workers.launch import (
     WorkerSettings,
     WorkerStartError,
@@ -106,8 +107,9 @@ class WorkerPool:
         return list(self._live.values())
 
     def metric_families(self) -> list[Metric]:
-        """Every live worker's metrics, collected now."""
-        return [family for engine in self.engines() for family in engine.metric_families()]
+        """Every live worker's engine stats, asked for now, as metric families."""
+        stats = [engine.engine_stats() for engine in self.engines()]
+        return metric_families(s for s in stats if s is not None)
 
     def on_loop_thread(self) -> bool:
         try:

@@ -25,12 +25,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Metric
-
 from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit
 from lmserve.server.engine.core import PrefixTotals
 from lmserve.server.engine.generation.sequence import GenerationRequest, GenerationStream
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.engine.workers.connection import WorkerConnection
 from lmserve.server.engine.workers.launch import (
     Launched,
@@ -54,7 +53,7 @@ MAX_BACKOFF_SECONDS = 8.0
 
 class WorkerEngine:
     """One model's engine in a worker process (see the module doc); front's event loop only,
-    except `start` and `join` (blocking, off the loop) and `metric_families` (any thread)."""
+    except `start` and `join` (blocking, off the loop) and `engine_stats` (any thread)."""
 
     def __init__(self, spec: WorkerSpec, pool: WorkerPool) -> None:
         self.spec = spec
@@ -65,7 +64,7 @@ class WorkerEngine:
         self._deaths: deque[float] = deque()
         self._closing = False
         self._restart: asyncio.Task[None] | None = None
-        self._families: list[Metric] = []
+        self._stats: EngineStats | None = None
         self._why = "its engine worker is starting"
         # Why the model stopped serving for good (ServedModels shows it FAILED), else None.
         self.failure: str | None = None
@@ -226,19 +225,20 @@ class WorkerEngine:
 
     # -- observability -------------------------------------------------------------------------
 
-    def metric_families(self, timeout: float = 2.0) -> list[Metric]:
-        """The worker's metrics now (its last ones when asked on the loop or it is busy)."""
+    def engine_stats(self, timeout: float = 2.0) -> EngineStats | None:
+        """The worker's engine stats now (its last ones when asked on the loop or it is busy;
+        None while it has no live worker)."""
         connection = self._connection
         if connection is None or connection.lost or self._closing:
-            return []
+            return None
         if self._pool.on_loop_thread():
-            return self._families
+            return self._stats
         future = asyncio.run_coroutine_threadsafe(connection.call("metrics"), self._pool.loop)
         try:
-            self._families = future.result(timeout)
+            self._stats = future.result(timeout)
         except Exception:  # the worker died or is busy: the last ones
             future.cancel()
-        return self._families
+        return self._stats
 
     def rss_bytes(self) -> float:
         """The worker's resident memory (Linux /proc), NaN when unknown."""

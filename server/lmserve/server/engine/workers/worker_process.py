@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from lmserve.server.engine.core import EngineCore
 from lmserve.server.engine.generation.delivery import Items, Poster
 from lmserve.server.engine.generation.sequence import (
@@ -40,6 +38,7 @@ from lmserve.server.engine.generation.sequence import (
     GenerationStream,
 )
 from lmserve.server.engine.limits import EngineLimits
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.engine.workers.wire import (
     Kind,
     frame,
@@ -48,12 +47,12 @@ from lmserve.server.engine.workers.wire import (
     recv_frame,
 )
 from lmserve.server.long_lived import freeze_long_lived
-from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import LoadOptions, ModelEntry, ModelState, load_entry
 
 log = logging.getLogger(__name__)
 
-# The calls the front may make (`Kind.CALL`): EngineCore's async methods, and the metrics.
+# The calls the front may make (`Kind.CALL`): EngineCore's async methods, and "metrics" (a
+# snapshot of the engine's `EngineStats`: plain data, exported to Prometheus in the front).
 _CALLS = frozenset({"score", "prefix_totals", "beam_search", "complete", "metrics"})
 
 
@@ -159,11 +158,8 @@ class WirePoster(Poster):
 class _WorkerServer:
     """Dispatches the front's messages to the engine, on the worker's event loop."""
 
-    def __init__(
-        self, core: EngineCore, metrics: Metrics, sender: _Sender, loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def __init__(self, core: EngineCore, sender: _Sender, loop: asyncio.AbstractEventLoop) -> None:
         self.core = core
-        self.metrics = metrics
         self.sender = sender
         self.loop = loop
         self.calls: dict[int, asyncio.Task[None]] = {}
@@ -199,7 +195,7 @@ class _WorkerServer:
             if method not in _CALLS:
                 raise RuntimeError(f"no engine call {method!r}")
             if method == "metrics":
-                result: Any = list(self.metrics.registry.collect())
+                result: Any = self.core.stats.snapshot()
             elif method == "prefix_totals":
                 ids, offsets, eos, deadline = args
                 result = await self.core.prefix_totals(ids, offsets, eos=eos, deadline=deadline)
@@ -288,11 +284,10 @@ def run_worker(spec: WorkerSpec, sock: socket.socket) -> None:
     if entry.state is not ModelState.READY:
         sender.send((Kind.FAILED, entry.load_error))
         os._exit(1)
-    metrics = Metrics(CollectorRegistry())
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    core = EngineCore(entry, spec.limits, metrics, poster=WirePoster(sender))
-    server = _WorkerServer(core, metrics, sender, loop)
+    core = EngineCore(entry, spec.limits, EngineStats(entry.name), poster=WirePoster(sender))
+    server = _WorkerServer(core, sender, loop)
     threading.Thread(target=_read_front, args=(sock, server), daemon=True).start()
     freeze_long_lived()  # the model is loaded: full collections need not walk it
     sender.send((Kind.READY, os.getpid()))
