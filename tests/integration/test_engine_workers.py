@@ -243,6 +243,12 @@ def test_a_worker_that_keeps_dying_marks_its_model_failed(repository: Path) -> N
         assert info.state == pb.MODEL_STATE_FAILED and "died 2 times" in info.load_error
         assert _health(server.address, "lstm") == 2  # NOT_SERVING
         assert _score(stub, "test")  # the other model serves on
+        # A reload starts it afresh, though its folder did not change.
+        assert not server.reload().changed
+        assert _score(stub, "lstm")
+        info = stub.GetModel(pb.GetModelRequest(model="lstm"), timeout=5).model
+        assert info.state == pb.MODEL_STATE_READY and not info.load_error
+        assert _health(server.address, "lstm") == 1
 
 
 def test_no_worker_outlives_a_killed_front(repository: Path) -> None:

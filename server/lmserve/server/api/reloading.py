@@ -55,7 +55,7 @@ class Reloader:
 
     def _rescan_and_swap(self) -> RescanResult:
         result = self.scanner.rescan(self.models.repository)
-        if result.changed:
+        if result.changed or self.models.failed_engines():
             self.models.swap(result.repository)
         return result
 

@@ -33,6 +33,7 @@ from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.engine.autocomplete.completer import Completer
 from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit
+from lmserve.server.engine.foreground import Foreground
 from lmserve.server.engine.generation.beam_runner import BeamRunner
 from lmserve.server.engine.generation.delivery import Poster
 from lmserve.server.engine.generation.scheduler import GenerationScheduler
@@ -75,8 +76,15 @@ class EngineCore:
         self.stepper: Stepper = make_stepper(self.backend)
         # A model that computes without the GIL (ONNX Runtime, torch) is neural: all its
         # scoring goes to the queue's thread; the n-gram kernel's small requests run inline.
+        # Scoring passes and session steps go before generation steps (`foreground`).
+        self.foreground = Foreground()
         self.scoring = ScoringQueue(
-            self.name, self.backend, limits.scoring, stats, inline=not self.stepper.releases_gil
+            self.name,
+            self.backend,
+            limits.scoring,
+            stats,
+            inline=not self.stepper.releases_gil,
+            foreground=self.foreground,
         )
         self._scheduler: GenerationScheduler | None = None
         self._lock = threading.Lock()
@@ -91,6 +99,7 @@ class EngineCore:
             stats,
             lowercase=bool(manifest and manifest.tokenizer.lowercase),
             max_context_tokens=limits.requests.max_tokens_per_text,
+            foreground=self.foreground,
         )
 
     # -- scoring -------------------------------------------------------------------------------
@@ -137,6 +146,7 @@ class EngineCore:
                     self.stats,
                     self._detokenizer,
                     poster=self._poster,
+                    foreground=self.foreground,
                 )
             return self._scheduler
 

@@ -195,7 +195,7 @@ class ServedModels:
             if entry.state is not ModelState.READY:
                 continue
             old = current.get(entry.name)
-            if old is not None and old.entry is entry:
+            if old is not None and old.entry is entry and _engine_failure(old) is None:
                 served[entry.name] = old
             else:
                 fresh.append(entry)
@@ -220,6 +220,11 @@ class ServedModels:
         for old in idle:
             old.close()
         return retired
+
+    def failed_engines(self) -> list[str]:
+        """Models whose engine stopped for good (a worker that kept dying): a reload starts
+        them afresh even when their folders did not change."""
+        return [name for name, s in self._served.items() if _engine_failure(s) is not None]
 
     def served(self) -> list[ServedModel]:
         return list(self._served.values())

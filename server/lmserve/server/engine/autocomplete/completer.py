@@ -36,6 +36,7 @@ from lmserve.server.decoding.scoring import check_token_count
 from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit, new_session_id
 from lmserve.server.engine.autocomplete.session_steps import SessionSteps
 from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
+from lmserve.server.engine.foreground import Foreground
 from lmserve.server.engine.stats import EngineStats
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.text.codec import TextCodec
@@ -62,6 +63,7 @@ class Completer:
         *,
         lowercase: bool = False,
         max_context_tokens: int = 100_000,
+        foreground: Foreground | None = None,
     ) -> None:
         self.model = model
         self.max_context_tokens = max_context_tokens
@@ -77,7 +79,9 @@ class Completer:
         self._pieces = codec.piece_vocabulary()
         self._index = WordPrefixIndex.from_vocab(vocab, specials) if self._pieces is None else None
         # Neural models keep states and step in batches; n-gram models need neither.
-        self._steps = SessionSteps(model, stepper) if stepper.releases_gil else None
+        self._steps = (
+            SessionSteps(model, stepper, foreground=foreground) if stepper.releases_gil else None
+        )
 
     # -- sessions ------------------------------------------------------------------------------
 

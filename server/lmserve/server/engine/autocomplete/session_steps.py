@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.stepping import Stepper
+from lmserve.server.engine.foreground import Foreground
 from lmserve.server.engine.handoff import settle
 from lmserve.server.errors import ModelUnavailable
 
@@ -51,8 +52,17 @@ class _Advance:
 class SessionSteps:
     """One model's session advances, batched on a worker thread (see the module doc)."""
 
-    def __init__(self, model: str, stepper: Stepper, *, max_rows: int = 256) -> None:
+    def __init__(
+        self,
+        model: str,
+        stepper: Stepper,
+        *,
+        max_rows: int = 256,
+        foreground: Foreground | None = None,
+    ) -> None:
         self.model = model
+        # Generation steps of the same model wait while sessions step (a keystroke first).
+        self._foreground = foreground or Foreground()
         self.stepper = stepper
         self.max_rows = max_rows
         self.calls = 0  # batched model calls made (tests)
@@ -112,10 +122,11 @@ class SessionSteps:
             rebuilds = [item for item in active if item.rebuild is not None]
             steps = [item for item in active if item.rebuild is None]
             try:
-                for item in rebuilds:
-                    self._rebuild(item)
-                if steps:
-                    self._step(steps)
+                with self._foreground.busy():
+                    for item in rebuilds:
+                        self._rebuild(item)
+                    if steps:
+                        self._step(steps)
             except Exception as exc:  # a model failure fails these advances, not the worker
                 log.exception("session step of %s failed", self.model)
                 for item in active:

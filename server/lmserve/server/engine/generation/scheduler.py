@@ -35,6 +35,7 @@ from typing import Any
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.decoding.stopping import FinishReason
+from lmserve.server.engine.foreground import Foreground
 from lmserve.server.engine.generation.admission import Admission
 from lmserve.server.engine.generation.backpressure import Parking
 from lmserve.server.engine.generation.batch import (
@@ -54,6 +55,9 @@ from lmserve.server.errors import Overloaded
 
 __all__ = ["GenerationLimits", "GenerationScheduler"]
 
+# Longest a step waits for the model's scoring passes and session steps (interactive first,
+# `foreground`): generation slows while they run, it never stops.
+FOREGROUND_WAIT_SECONDS = 0.05
 # How often an otherwise idle scheduler looks at its parked streams (drained, deadline passed).
 PARKED_POLL_SECONDS = 0.05
 
@@ -78,6 +82,7 @@ class GenerationScheduler:
         detokenizer: Callable[[], Detokenizer] | None = None,
         *,
         poster: Poster | None = None,
+        foreground: Foreground | None = None,
     ) -> None:
         self.model = model
         self.stepper = stepper
@@ -95,6 +100,8 @@ class GenerationScheduler:
         # Prefilling samples hold their slots; read by `submit` on the event loop.
         self._prefilling = 0
         self._poster = poster or Poster(courier=stepper.releases_gil, name=f"lmserve-post-{model}")
+        # The model's scoring passes and session steps go first (`foreground`).
+        self._foreground = foreground or Foreground()
         self._set_pending(0)
         self._thread = threading.Thread(
             target=self._run, name=f"lmserve-generate-{model}", daemon=True
@@ -194,6 +201,7 @@ class GenerationScheduler:
                     self._set_pending(len(self._admission.waiting))
                     prefill.add(admitted)
                     self._prefilling = prefill.samples
+            self._foreground.wait_idle(FOREGROUND_WAIT_SECONDS)
             try:
                 self._iterate()
             except Exception as exc:  # a model or decoding bug: fail these streams, keep serving

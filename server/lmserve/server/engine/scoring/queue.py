@@ -28,6 +28,7 @@ their own workers, so n-gram work never queues behind neural work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ import numpy as np
 
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend
 from lmserve.server.decoding.scoring import PreparedScoring
+from lmserve.server.engine.foreground import Foreground
 from lmserve.server.engine.retry_estimate import Throughput, drain_delay
 from lmserve.server.engine.scoring.jobs import Job, StepJob, resolve
 from lmserve.server.engine.scoring.units import concat, cut_units, gather
@@ -50,6 +52,8 @@ log = logging.getLogger(__name__)
 # A request passed over this many passes in a row is served next, whatever its size: small
 # requests go first, and a long one still gets at least one pass in MAX_SKIPS + 1.
 MAX_SKIPS = 3
+# Requests of at most this many units are interactive: generation steps wait for their passes.
+INTERACTIVE_UNITS = 4
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,11 @@ class ScoringLimits:
     max_queued_tokens: int = 4_000_000
     # Requests up to this many positions on a model that runs inline (n-gram) skip the queue.
     inline_tokens: int = 8192
+
+    def interactive(self, tokens: int) -> bool:
+        """Whether a request is small enough that its passes go before generation steps (a
+        few units: a caller waits for it as a whole); a long one runs beside them."""
+        return tokens <= INTERACTIVE_UNITS * self.unit_tokens
 
     def runs_inline(self, neural: bool, tokens: int) -> bool:
         """Whether scoring `tokens` positions costs less than handing them to a thread or a
@@ -83,6 +92,7 @@ class ScoringQueue:
         stats: EngineStats | None = None,
         *,
         inline: bool = False,
+        foreground: Foreground | None = None,
     ) -> None:
         self.model = model
         self.backend = backend
@@ -93,6 +103,8 @@ class ScoringQueue:
         self._queue_duration = stats.queue_duration
         # Whether small requests run on the caller's thread (cheap n-gram lookups).
         self._inline = inline
+        # Generation steps of the same model wait while a pass runs (interactive first).
+        self._foreground = foreground or Foreground()
         self._jobs: deque[Job | StepJob] = deque()
         self._queued_tokens = 0
         self._cond = threading.Condition()
@@ -204,14 +216,16 @@ class ScoringQueue:
                 if self._closed:
                     return
                 picked = self._pick()
+            jobs = [picked] if isinstance(picked, StepJob) else [job for job, _ in picked]
+            small = all(self.limits.interactive(job.tokens) for job in jobs)
             try:
-                if isinstance(picked, StepJob):
-                    self._run_step(picked)
-                elif picked:
-                    self._run_pass(picked)
+                with self._foreground.busy() if small else contextlib.nullcontext():
+                    if isinstance(picked, StepJob):
+                        self._run_step(picked)
+                    elif picked:
+                        self._run_pass(picked)
             except Exception as exc:  # a bug here must not stop the worker or strand callers
                 log.exception("scoring worker of %s", self.model)
-                jobs = [picked] if isinstance(picked, StepJob) else [j for j, _ in picked]
                 with self._cond:
                     for job in jobs:
                         self._drop(job)

@@ -15,6 +15,7 @@ resends idempotent calls) and `on_lost` tells the supervisor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable
@@ -56,7 +57,7 @@ class WorkerStream(GenerationStream):
     def on_taken(self) -> None:
         if self.parked or self.taken - self._reported >= self._report_every:
             self._reported = self.taken
-            self._connection.send((Kind.TAKEN, self.sid, self.taken))
+            self._connection.notify((Kind.TAKEN, self.sid, self.taken))
 
 
 class WorkerConnection(asyncio.Protocol):
@@ -117,6 +118,13 @@ class WorkerConnection(asyncio.Protocol):
             )
         transport.write(frame(message))
 
+    def notify(self, message: tuple[Any, ...]) -> None:
+        """`send` for what needs no answer and is moot once the worker is gone (cancels,
+        backpressure reports): never raises, so it is safe in `finally` blocks."""
+        if not self.lost:
+            with contextlib.suppress(ModelUnavailable):
+                self.send(message)
+
     async def call(self, method: str, *args: Any) -> Any:
         """`EngineCore.<method>(*args)` in the worker; its exception is raised here. A caller
         that leaves (cancelled) cancels the worker's task too."""
@@ -127,8 +135,7 @@ class WorkerConnection(asyncio.Protocol):
         try:
             return await future
         except asyncio.CancelledError:
-            if not self.lost:
-                self.send((Kind.CANCEL, rid))
+            self.notify((Kind.CANCEL, rid))
             raise
         finally:
             self._calls.pop(rid, None)
@@ -141,8 +148,8 @@ class WorkerConnection(asyncio.Protocol):
         return stream
 
     def cancel_stream(self, sid: int) -> None:
-        if self._streams.pop(sid, None) is not None and not self.lost:
-            self.send((Kind.STREAM_CANCEL, sid))
+        if self._streams.pop(sid, None) is not None:
+            self.notify((Kind.STREAM_CANCEL, sid))
 
     def close(self) -> None:
         """Asks the worker to close its engine and exit (it drains nothing more)."""

@@ -10,8 +10,8 @@ Supervision: a worker that dies fails its calls and streams in flight with UNAVA
 connection), its model's health goes NOT_SERVING, and a new worker starts after a backoff
 (0.5 s, doubling, at most 8 s); once it is READY the model serves again. A worker that dies more
 than `max_restarts` times within `restart_window_seconds` marks its model failed, with the
-reason in ListModels and GetModel, instead of restarting forever; a reload that brings the model
-again starts afresh. The front's death ends every worker (`worker_process`).
+reason in ListModels and GetModel, instead of restarting forever; a reload (SIGHUP) starts it
+afresh. The front's death ends every worker (`worker_process`).
 """
 
 from __future__ import annotations
