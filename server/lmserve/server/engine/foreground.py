@@ -10,14 +10,31 @@ a generation step is one token of many for streams already running. Run side by 
 saturated machine they split the model's CPU share, and a 4-line Score waited 100-250 ms behind
 the steps of 20 streams. So the scheduler starts no new step while such work runs, for at most
 `wait` seconds per step (generation is delayed, never starved). One object per model
-(`EngineCore`); every thread of the model sees it.
+(`EngineCore`); every thread of the model sees it. Across processes the same holds by
+niceness: the generation thread runs GENERATION_NICENESS above its worker (`lower_this_thread`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+# Niceness the generation thread adds to its own (Linux threads have their own): when a
+# model's worker and the others want the cores, its scoring and session threads run first.
+GENERATION_NICENESS = 9
+
+
+def lower_this_thread() -> None:
+    """Makes the calling thread (a generation scheduler) yield the CPU to the rest of its
+    process and to other processes' interactive work. Raising niceness needs no privilege;
+    where the OS has no per-thread niceness this does nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        tid = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + GENERATION_NICENESS))
 
 
 class Foreground:

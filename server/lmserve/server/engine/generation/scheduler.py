@@ -35,7 +35,7 @@ from typing import Any
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine.foreground import Foreground
+from lmserve.server.engine.foreground import Foreground, lower_this_thread
 from lmserve.server.engine.generation.admission import Admission
 from lmserve.server.engine.generation.backpressure import Parking
 from lmserve.server.engine.generation.batch import (
@@ -183,6 +183,7 @@ class GenerationScheduler:
         return len(self._batch) + self._prefilling + self._parking.samples
 
     def _run(self) -> None:
+        lower_this_thread()  # every other thread of the model (and the front) first
         batch, prefill, parking = self._batch, self._prefill, self._parking
         while True:
             with self._cond:
