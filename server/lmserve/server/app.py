@@ -29,12 +29,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from lmserve.server.api.auth import configured_token, server_credentials
-from lmserve.server.api.health import (
-    SERVICE_NAME,
-    HealthServicer,
-    publish_health,
-    set_model_health,
-)
+from lmserve.server.api.engine_choice import choose_engines
+from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
 from lmserve.server.api.health_port import start_health_server
 from lmserve.server.api.observe import server_interceptors
 from lmserve.server.api.ports import bind, check_bindable
@@ -42,9 +38,7 @@ from lmserve.server.api.reflection import enable_reflection
 from lmserve.server.api.reloading import Reloader
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.engine.limits import EngineLimits
-from lmserve.server.engine.served_models import EngineFactory, InProcessEngines, ServedModels
-from lmserve.server.engine.stats_export import EngineStatsCollector
-from lmserve.server.engine.workers.launch import WorkerSettings
+from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.engine.workers.pool import WorkerPool
 from lmserve.server.long_lived import freeze_long_lived
 from lmserve.server.metrics import MergedRegistry, Metrics, serve_metrics
@@ -189,15 +183,7 @@ async def start_server(
     )
     health = HealthServicer()
     limits = EngineLimits.from_settings(settings)
-    workers = _worker_pool(settings, limits, metrics, health) if settings.engine_workers else None
-    engines: EngineFactory
-    if workers is None:
-        # In-process engines' stats export through the front's registry; workers' are merged
-        # in at each scrape (`exposed` below).
-        engines = in_process = InProcessEngines(limits)
-        metrics.registry.register(EngineStatsCollector(in_process.stats))
-    else:
-        engines = workers
+    engines, workers = choose_engines(settings, limits, metrics, health)
     # Blocking: each worker loads its model (all at once) before the port opens.
     models = await asyncio.to_thread(ServedModels, repository, limits, metrics, engines)
     servicer = LanguageModelServicer(models, metrics)
@@ -264,21 +250,6 @@ async def start_server(
         ", bearer-token auth" if token is not None else "",
     )
     return running
-
-
-def _worker_pool(
-    settings: Settings, limits: EngineLimits, metrics: Metrics, health: HealthServicer
-) -> WorkerPool:
-    """One engine worker process per model; a worker's death and restart show in health."""
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
-
-    def on_health(model: str, serving: bool) -> None:
-        task = loop.create_task(set_model_health(health, model, serving))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    return WorkerPool(WorkerSettings.from_settings(settings), limits, metrics, loop, on_health)
 
 
 async def serve(settings: Settings) -> None:
