@@ -144,7 +144,9 @@ def test_a_slow_reader_pauses_and_gets_every_token_in_order(
     handed = stream.handed
     assert handed < tokens  # stopped well before the end
     assert scheduler.parks >= 1
-    parked = server.running.exposed.get_sample_value("lmserve_parked_sequences", {"model": model})
+    parked = server.running.metrics.registry.get_sample_value(
+        "lmserve_parked_sequences", {"model": model}
+    )
     assert parked == 1
     time.sleep(0.5)
     assert stream.handed == handed  # nothing more generated while parked
@@ -158,7 +160,9 @@ def test_a_slow_reader_pauses_and_gets_every_token_in_order(
     got = _tokens(call)  # reads again: it resumes (and parks and resumes as the window fills)
     assert got == expected  # every token, in order, the same as without a pause
     assert not scheduler.parked and not scheduler.active
-    parked = server.running.exposed.get_sample_value("lmserve_parked_sequences", {"model": model})
+    parked = server.running.metrics.registry.get_sample_value(
+        "lmserve_parked_sequences", {"model": model}
+    )
     assert parked == 0
 
 

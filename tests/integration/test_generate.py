@@ -101,7 +101,9 @@ def _scheduler(server: BackgroundServer, model: str):  # type: ignore[no-untyped
 
 
 def _active(server: BackgroundServer, model: str) -> float:
-    value = server.running.exposed.get_sample_value("lmserve_active_sequences", {"model": model})
+    value = server.running.metrics.registry.get_sample_value(
+        "lmserve_active_sequences", {"model": model}
+    )
     return value or 0.0
 
 

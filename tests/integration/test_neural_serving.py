@@ -257,7 +257,7 @@ def test_broken_neural_models_fail_alone(
 def test_concurrent_requests_score_as_alone_in_bounded_passes(
     server: BackgroundServer, stub: lm_service_pb2_grpc.LanguageModelServiceStub
 ) -> None:
-    registry = server.running.exposed
+    registry = server.running.metrics.registry
     labels = {"model": "lstm-ts"}
 
     def batches() -> float:

@@ -95,7 +95,7 @@ def health(server: BackgroundServer, service: str) -> int:
 
 
 def reloads(server: BackgroundServer, model: str, result: str) -> float:
-    value = server.running.exposed.get_sample_value(
+    value = server.running.metrics.registry.get_sample_value(
         "lmserve_model_reloads_total", {"model": model, "result": result}
     )
     return value or 0.0

@@ -41,7 +41,7 @@ from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.engine.workers.pool import WorkerPool
 from lmserve.server.long_lived import freeze_long_lived
-from lmserve.server.metrics import MergedRegistry, Metrics, serve_metrics
+from lmserve.server.metrics import Metrics, serve_metrics
 from lmserve.server.registry.repository import (
     LoadOptions,
     ModelEntry,
@@ -70,8 +70,6 @@ class RunningServer:
     workers: WorkerPool | None = None
     metrics_port: int | None = None
     health_port: int | None = None
-    # What /metrics serves: the front's metrics with every engine worker's merged in.
-    exposed: CollectorRegistry = field(default_factory=CollectorRegistry)
     _health_server: aio.Server | None = field(default=None, repr=False)
     _poller: asyncio.Task[None] | None = field(default=None, repr=False)
     _metrics_httpd: Any = None
@@ -207,15 +205,10 @@ async def start_server(
     running = RunningServer(
         server, port, metrics, health, models, Reloader(models, health, metrics, scanner), workers
     )
-    exposed = running.exposed = (
-        metrics.registry
-        if workers is None
-        else MergedRegistry(metrics.registry, workers.metric_families)
-    )
     if settings.metrics_enabled:
         try:
             httpd, running.metrics_port = serve_metrics(
-                exposed, settings.metrics_host, settings.metrics_port
+                metrics.registry, settings.metrics_host, settings.metrics_port
             )
         except OSError as exc:  # taken since check_bindable looked
             await server.stop(None)

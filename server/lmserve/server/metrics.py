@@ -2,22 +2,19 @@
 
 metrics = Metrics(CollectorRegistry())
 metrics.requests.labels(method="Score", model="kjv", code="OK").inc()
-serve_metrics(MergedRegistry(metrics.registry, pool.metric_families), host, port)
+serve_metrics(metrics.registry, host, port)
 
 These are the front's own metrics (requests, scored texts, models, workers). The engines'
 (batches, queue waits, generation, sessions) are plain `engine.stats.EngineStats` that
-`engine.stats_export` turns into metric families: the front asks every live engine worker for
-its stats at each scrape and `MergedRegistry` serves them with the front's, so /metrics reads as
-one server (in-process engines: a collector on the front's registry). prometheus-client's
-multiprocess mode was the alternative: files per process and no live gauges; a scrape that
-asks costs one round trip per worker.
+`engine.stats_export` turns into metric families: a collector on this registry asks every live
+engine worker (or reads the in-process engines) at each scrape, so /metrics reads as one
+server. prometheus-client's multiprocess mode was the alternative: files per process and no
+live gauges; a scrape that asks costs one round trip per worker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
 # Scoring requests take from tens of microseconds to seconds (engine stats too).
@@ -139,37 +136,6 @@ class Metrics:
         if gauge is None:
             gauge = self._inflight[method] = self.inflight.labels(method=method)
         return gauge
-
-
-class MergedRegistry(CollectorRegistry):
-    """A registry's metrics with other processes' samples merged in by metric name: a sample
-    both have (same name and labels) is added up, any other is appended."""
-
-    def __init__(self, base: CollectorRegistry, others: Callable[[], Iterable[Metric]]) -> None:
-        super().__init__()
-        self._base = base
-        self._others = others
-
-    def collect(self) -> Iterator[Metric]:
-        families = {family.name: family for family in self._base.collect()}
-        for other in self._others():
-            family = families.get(other.name)
-            if family is None:
-                families[other.name] = other
-                continue
-            index = {
-                (s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(family.samples)
-            }
-            for sample in other.samples:
-                at = index.get((sample.name, tuple(sorted(sample.labels.items()))))
-                if at is not None and sample.name.endswith("_created"):
-                    continue  # a creation time: the front's stands
-                if at is None:
-                    family.samples.append(sample)
-                else:
-                    mine = family.samples[at]
-                    family.samples[at] = mine._replace(value=mine.value + sample.value)
-        yield from families.values()
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> tuple[object, int]:

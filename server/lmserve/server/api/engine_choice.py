@@ -4,9 +4,9 @@
     models = ServedModels(repository, limits, metrics, engines)
 
 With `engine_workers` (the default) each model gets a worker process (`engine.workers`), whose
-death and restart show in the model's health and whose metrics `/metrics` merges at each
-scrape. Without, the engines run on the front's threads and their stats export through the
-front's own registry.
+death and restart show in the model's health. Without, the engines run on the front's threads.
+Either way their stats reach /metrics through one collector on the front's registry
+(`stats_export.EngineStatsCollector`), asked for at each scrape.
 """
 
 from __future__ import annotations
@@ -41,4 +41,5 @@ def choose_engines(
         task.add_done_callback(tasks.discard)
 
     pool = WorkerPool(WorkerSettings.from_settings(settings), limits, metrics, loop, on_health)
+    metrics.registry.register(EngineStatsCollector(pool.engine_stats))
     return pool, pool

@@ -1,12 +1,13 @@
 """The one place engine stats become Prometheus metrics: names, help texts, types and labels.
 
     families = metric_families([core.stats for core in engines])
-    registry.register(EngineStatsCollector(in_process.stats))     # engines in the front
+    registry.register(EngineStatsCollector(pool.engine_stats))     # or in_process.stats
 
-The front serves them beside its own metrics (`metrics.Metrics`): its in-process engines'
-through an `EngineStatsCollector` on its registry, its engine workers' through `MergedRegistry`
-(`WorkerPool.metric_families`, from each worker's pickled `EngineStats`). Stats of one model
-from several engines (an old and a new one during a reload) add up into one series.
+The front serves them beside its own metrics (`metrics.Metrics`) through one
+`EngineStatsCollector` on its registry, whose source is the in-process engines' stats or each
+engine worker's pickled `EngineStats`, asked for at the scrape (`WorkerPool.engine_stats`).
+Stats of one model from several engines (an old and a new one during a reload) add up into one
+series.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 pool = WorkerPool(WorkerSettings.from_settings(settings), limits, metrics, loop, on_health)
 models = ServedModels(repository, limits, metrics, engines=pool)   # a WorkerEngine each
-pool.metric_families()       # every live worker's engine stats as metrics, for /metrics
+pool.engine_stats()          # every live worker's engine stats, asked for now (/metrics)
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 
-from prometheus_client import Metric
-
 from lmserve.server.engine.limits import EngineLimits
 from lmserve.server.engine.served_model import ModelEngine
-from lmserve.server.engine.stats_export import metric_families
+from lmserve.server.engine.stats import EngineStats
 from lmserve.server.engine.workers.launch import (
     WorkerSettings,
     WorkerStartError,
@@ -106,10 +104,10 @@ class WorkerPool:
     def engines(self) -> list[WorkerEngine]:
         return list(self._live.values())
 
-    def metric_families(self) -> list[Metric]:
-        """Every live worker's engine stats, asked for now, as metric families."""
+    def engine_stats(self) -> list[EngineStats]:
+        """Every live worker's engine stats, asked for now (a scrape's collector)."""
         stats = [engine.engine_stats() for engine in self.engines()]
-        return metric_families(s for s in stats if s is not None)
+        return [s for s in stats if s is not None]
 
     def on_loop_thread(self) -> bool:
         try:
