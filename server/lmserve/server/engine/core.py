@@ -74,8 +74,6 @@ class EngineCore:
         codec = entry.scorer.codec
         self._detokenizer = detokenizer_factory(codec, self.backend.vocab)
         self.stepper: Stepper = make_stepper(self.backend)
-        # A model that computes without the GIL (ONNX Runtime, torch) is neural: all its
-        # scoring goes to the queue's thread; the n-gram kernel's small requests run inline.
         # Scoring passes and session steps go before generation steps (`foreground`).
         self.foreground = Foreground()
         self.scoring = ScoringQueue(
@@ -83,7 +81,6 @@ class EngineCore:
             self.backend,
             limits.scoring,
             stats,
-            inline=not self.stepper.releases_gil,
             foreground=self.foreground,
         )
         self._scheduler: GenerationScheduler | None = None

@@ -20,9 +20,10 @@ one unit) with the same options and similar lengths ride in the same pass while 
 request's units never ride in another's pass (they would only make it slower).
 
 Cancellation and deadlines: a request whose caller went away or whose deadline passed is
-dropped before its next unit. n-gram work that is cheaper than a thread hop (a few thousand
-lookups, tens of microseconds) runs inline on the caller's thread; n-gram and neural models have
-their own workers, so n-gram work never queues behind neural work.
+dropped before its next unit. n-gram work that is cheaper than a hop (a few thousand lookups,
+tens of microseconds) never comes here: `ServedModel` runs it in the front
+(`ScoringLimits.runs_inline`); n-gram and neural models have their own queues, so n-gram work
+never queues behind neural work.
 """
 
 from __future__ import annotations
@@ -91,7 +92,6 @@ class ScoringQueue:
         limits: ScoringLimits,
         stats: EngineStats | None = None,
         *,
-        inline: bool = False,
         foreground: Foreground | None = None,
     ) -> None:
         self.model = model
@@ -101,8 +101,6 @@ class ScoringQueue:
         # Bound once: every pass records its rows and its requests' waits.
         self._batch_size = stats.batch_size
         self._queue_duration = stats.queue_duration
-        # Whether small requests run on the caller's thread (cheap n-gram lookups).
-        self._inline = inline
         # Generation steps of the same model wait while a pass runs (interactive first).
         self._foreground = foreground or Foreground()
         self._jobs: deque[Job | StepJob] = deque()
@@ -121,10 +119,7 @@ class ScoringQueue:
 
     async def score(self, prepared: PreparedScoring, deadline: float | None = None) -> BatchScores:
         """The backend's scores for a prepared request; raises DeadlineExceeded, Overloaded."""
-        tokens = prepared.scored_tokens
-        if self._inline and self.limits.runs_inline(False, tokens):
-            return prepared.run(self.backend)
-        job = self._job(prepared, deadline, tokens)
+        job = self._job(prepared, deadline, prepared.scored_tokens)
         self._enqueue(job)
         try:
             return await job.future
