@@ -55,6 +55,8 @@ class PrefixTotals:
 class EngineCore:
     """Computes for one READY model (see the module doc)."""
 
+    failure: str | None = None  # threads in this process: nothing stops it for good
+
     def __init__(
         self,
         entry: ModelEntry,

@@ -51,6 +51,9 @@ _INLINE_ENCODE_CHARS = 65_536
 class ModelEngine(Protocol):
     """What computes for a model: `EngineCore` in-process, or `workers.WorkerEngine`."""
 
+    # Why the engine stopped for good (a worker that kept dying), else None.
+    failure: str | None
+
     async def score(
         self, prepared: PreparedScoring, deadline: float | None = None
     ) -> BatchScores: ...

@@ -109,7 +109,7 @@ class ServedModels:
 
     def _shown(self, entry: ModelEntry) -> ModelEntry:
         served = self._served.get(entry.name)
-        failure = _engine_failure(served) if served is not None else None
+        failure = served.engine.failure if served is not None else None
         if failure is None or entry.state is not ModelState.READY:
             return entry
         return dataclasses.replace(entry, state=ModelState.FAILED, load_error=failure)
@@ -150,7 +150,7 @@ class ServedModels:
             entry = self._entry(model)
             served = self._served.get(entry.name)
         if served is not None:
-            failure = _engine_failure(served)
+            failure = served.engine.failure
             if failure is None:
                 return served
             raise ModelUnavailable(f"model {entry.name!r} stopped serving: {failure}")
@@ -195,7 +195,7 @@ class ServedModels:
             if entry.state is not ModelState.READY:
                 continue
             old = current.get(entry.name)
-            if old is not None and old.entry is entry and _engine_failure(old) is None:
+            if old is not None and old.entry is entry and old.engine.failure is None:
                 served[entry.name] = old
             else:
                 fresh.append(entry)
@@ -224,7 +224,7 @@ class ServedModels:
     def failed_engines(self) -> list[str]:
         """Models whose engine stopped for good (a worker that kept dying): a reload starts
         them afresh even when their folders did not change."""
-        return [name for name, s in self._served.items() if _engine_failure(s) is not None]
+        return [name for name, s in self._served.items() if s.engine.failure is not None]
 
     def served(self) -> list[ServedModel]:
         return list(self._served.values())
@@ -244,9 +244,3 @@ class ServedModels:
         deadline = time.monotonic() + timeout
         for served in self._closing:
             served.join(max(0.0, deadline - time.monotonic()))
-
-
-def _engine_failure(served: ServedModel) -> str | None:
-    """Why the model's engine stopped for good (a worker that kept dying), else None."""
-    failure: str | None = getattr(served.engine, "failure", None)
-    return failure

@@ -68,7 +68,6 @@ class WorkerEngine:
         self._why = "its engine worker is starting"
         # Why the model stopped serving for good (ServedModels shows it FAILED), else None.
         self.failure: str | None = None
-        self.restarts = 0
 
     @property
     def pid(self) -> int | None:
@@ -208,7 +207,6 @@ class WorkerEngine:
         await self.attach(launched)
         if self._closing:
             return
-        self.restarts += 1
         self._pool.restarted(self)
 
     def start_blocking(self) -> Launched:

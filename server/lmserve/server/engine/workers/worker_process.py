@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import setproctitle
+
 from lmserve.server.engine.core import EngineCore
 from lmserve.server.engine.generation.delivery import Items, Poster
 from lmserve.server.engine.generation.sequence import (
@@ -46,6 +48,7 @@ from lmserve.server.engine.workers.wire import (
     picklable_error,
     recv_frame,
 )
+from lmserve.server.logging_setup import setup_logging
 from lmserve.server.long_lived import freeze_long_lived
 from lmserve.server.registry.repository import LoadOptions, ModelEntry, ModelState, load_entry
 
@@ -108,16 +111,13 @@ class _WireStream(GenerationStream):
             self._sender.send((Kind.PARKED, self.sid, value is not None))
         self._waker = value
 
-    @property
-    def finished(self) -> bool:
-        return self._unfinished <= 0
-
-    def account(self, item: list[Any] | BaseException) -> None:
-        """Scheduler thread: counts the samples that ended in a hand-over."""
+    def finished_by(self, item: list[Any] | BaseException) -> bool:
+        """Scheduler thread: counts the samples that ended in a hand-over; True once all did."""
         if isinstance(item, BaseException):
             self._unfinished = 0
         else:
             self._unfinished -= sum(isinstance(e, FinishEvent) for e in item)
+        return self._unfinished <= 0
 
     def took(self, taken: int) -> None:
         """The front's handler has taken `taken` events (called on the worker's loop)."""
@@ -128,17 +128,20 @@ class _WireStream(GenerationStream):
 
 
 class WirePoster(Poster):
-    """Hands every stream's events of one scheduler iteration to the front as one frame."""
+    """Hands every stream's events of one scheduler iteration to the front as one frame, and
+    forgets the streams whose samples all ended (`streams`: the worker's, by id)."""
 
-    def __init__(self, sender: _Sender) -> None:
+    def __init__(self, sender: _Sender, streams: dict[int, _WireStream]) -> None:
         super().__init__(courier=False, name="")
         self._sender = sender
+        self._streams = streams
 
     def post(self, items: Items) -> None:
         if not items:
             return
         for stream, item in items:
-            stream.account(item)  # type: ignore[attr-defined]
+            if stream.finished_by(item):  # type: ignore[attr-defined]
+                self._streams.pop(stream.sid, None)  # type: ignore[attr-defined]
         self._sender.send(
             (
                 Kind.EVENTS,
@@ -158,12 +161,18 @@ class WirePoster(Poster):
 class _WorkerServer:
     """Dispatches the front's messages to the engine, on the worker's event loop."""
 
-    def __init__(self, core: EngineCore, sender: _Sender, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        core: EngineCore,
+        sender: _Sender,
+        loop: asyncio.AbstractEventLoop,
+        streams: dict[int, _WireStream],
+    ) -> None:
         self.core = core
         self.sender = sender
         self.loop = loop
         self.calls: dict[int, asyncio.Task[None]] = {}
-        self.streams: dict[int, _WireStream] = {}
+        self.streams = streams  # open streams by id; the poster drops the finished ones
         self.stopped = asyncio.Event()
 
     def dispatch(self, message: tuple[Any, ...]) -> None:
@@ -224,11 +233,6 @@ class _WorkerServer:
             self.streams.pop(sid, None)
             sender.send((Kind.EVENTS, [(sid, picklable_error(exc))]))
 
-    def forget_finished_streams(self) -> None:
-        """Drops streams whose samples all ended (bounded bookkeeping, run now and then)."""
-        for sid in [s for s, stream in self.streams.items() if stream.finished]:
-            del self.streams[sid]
-
 
 def _load(spec: WorkerSpec) -> ModelEntry:
     loaded: dict[str, ModelEntry] = {}
@@ -253,14 +257,6 @@ def _read_front(sock: socket.socket, server: _WorkerServer) -> None:
         loop.call_soon_threadsafe(server.dispatch, message)
 
 
-async def _serve(server: _WorkerServer) -> None:
-    while not server.stopped.is_set():
-        try:
-            await asyncio.wait_for(server.stopped.wait(), 5.0)
-        except TimeoutError:
-            server.forget_finished_streams()
-
-
 def main(fd: int) -> None:
     """The worker process's entry point (see the module doc)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -275,10 +271,10 @@ def main(fd: int) -> None:
 
 def run_worker(spec: WorkerSpec, sock: socket.socket) -> None:
     """Loads the model and serves the front until STOP or end-of-file."""
-    _set_title(f"lmserve: engine {spec.name}")
+    setproctitle.setproctitle(f"lmserve: engine {spec.name}")  # what `ps` shows
     if spec.niceness:
         os.nice(spec.niceness)  # the front first when both want the cores
-    _setup_logging(spec)
+    setup_logging(spec.log_level, spec.log_format)
     sender = _Sender(sock)
     entry = _load(spec)
     if entry.state is not ModelState.READY:
@@ -286,29 +282,18 @@ def run_worker(spec: WorkerSpec, sock: socket.socket) -> None:
         os._exit(1)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    core = EngineCore(entry, spec.limits, EngineStats(entry.name), poster=WirePoster(sender))
-    server = _WorkerServer(core, sender, loop)
+    streams: dict[int, _WireStream] = {}
+    core = EngineCore(
+        entry, spec.limits, EngineStats(entry.name), poster=WirePoster(sender, streams)
+    )
+    server = _WorkerServer(core, sender, loop, streams)
     threading.Thread(target=_read_front, args=(sock, server), daemon=True).start()
     freeze_long_lived()  # the model is loaded: full collections need not walk it
     sender.send((Kind.READY, os.getpid()))
-    loop.run_until_complete(_serve(server))
+    loop.run_until_complete(server.stopped.wait())
     core.close()
     core.join(5.0)
     os._exit(0)
-
-
-def _set_title(title: str) -> None:
-    try:
-        import setproctitle
-    except ImportError:  # an optional nicety: `ps` shows the model's name
-        return
-    setproctitle.setproctitle(title)
-
-
-def _setup_logging(spec: WorkerSpec) -> None:
-    from lmserve.server.logging_setup import setup_logging
-
-    setup_logging(spec.log_level, spec.log_format)
 
 
 if __name__ == "__main__":
