@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 from lmserve.server.engine.generation.sequence import (
-    FinishEvent,
     GenerationRequest,
     GenerationStream,
 )
@@ -46,8 +45,6 @@ class WorkerStream(GenerationStream):
         self._report_every = max(1, limit // 4)
         self._reported = 0
         self.parked = False
-        # Samples not yet ended in the frames received (the connection forgets it at 0).
-        self.open_samples = request.params.n
 
     def cancel(self) -> None:
         if not self.cancelled:
@@ -157,31 +154,17 @@ class WorkerConnection(asyncio.Protocol):
         if transport is not None and not transport.is_closing():
             transport.write(frame((Kind.STOP,)))
 
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
-
     # -- frames from the worker ----------------------------------------------------------------
 
     def _dispatch(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == Kind.EVENTS:
             streams = self._streams
-            for sid, item in message[1]:
-                stream = streams.get(sid)
+            for sid, item, last in message[1]:
+                stream = streams.pop(sid, None) if last else streams.get(sid)
                 if stream is None:
                     continue  # cancelled meanwhile
-                if isinstance(item, BaseException):
-                    del streams[sid]
-                    stream._put(item)
-                    continue
-                events = unpack_events(item)
-                ended = sum(type(e) is FinishEvent for e in events)
-                if ended:
-                    stream.open_samples -= ended
-                    if stream.open_samples <= 0:
-                        del streams[sid]
-                stream._put(events)
+                stream._put(item if isinstance(item, BaseException) else unpack_events(item))
         elif kind == Kind.REPLY or kind == Kind.ERROR:
             future = self._calls.get(message[1])
             if future is None or future.done():

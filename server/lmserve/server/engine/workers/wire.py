@@ -35,7 +35,7 @@ class Kind(IntEnum):
     ERROR = 5  # worker -> front: (rid, exception)
     CANCEL = 6  # front -> worker: (rid,) the caller left
     GENERATE = 7  # front -> worker: (sid, GenerationRequest)
-    EVENTS = 8  # worker -> front: ([(sid, packed events | exception), ...],) one step's
+    EVENTS = 8  # worker -> front: ([(sid, packed events | exception, last?), ...],) a step's
     STREAM_CANCEL = 9  # front -> worker: (sid,)
     TAKEN = 10  # front -> worker: (sid, events taken so far) backpressure
     PARKED = 11  # worker -> front: (sid, parked?) report every take while parked

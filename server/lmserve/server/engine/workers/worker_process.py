@@ -139,23 +139,17 @@ class WirePoster(Poster):
     def post(self, items: Items) -> None:
         if not items:
             return
+        handed: list[tuple[int, Any, bool]] = []
         for stream, item in items:
-            if stream.finished_by(item):  # type: ignore[attr-defined]
-                self._streams.pop(stream.sid, None)  # type: ignore[attr-defined]
-        self._sender.send(
-            (
-                Kind.EVENTS,
-                [
-                    (
-                        stream.sid,  # type: ignore[attr-defined]
-                        picklable_error(item)
-                        if isinstance(item, BaseException)
-                        else pack_events(item),
-                    )
-                    for stream, item in items
-                ],
-            )
-        )
+            sid = stream.sid  # type: ignore[attr-defined]
+            done = stream.finished_by(item)  # type: ignore[attr-defined]
+            if done:
+                self._streams.pop(sid, None)
+            if isinstance(item, BaseException):
+                handed.append((sid, picklable_error(item), True))
+            else:
+                handed.append((sid, pack_events(item), done))
+        self._sender.send((Kind.EVENTS, handed))
 
 
 class _WorkerServer:
@@ -231,7 +225,7 @@ class _WorkerServer:
             self.core.generate(request, make_stream)
         except Exception as exc:  # Overloaded: the stream fails before its first token
             self.streams.pop(sid, None)
-            sender.send((Kind.EVENTS, [(sid, picklable_error(exc))]))
+            sender.send((Kind.EVENTS, [(sid, picklable_error(exc), True)]))
 
 
 def _load(spec: WorkerSpec) -> ModelEntry:
