@@ -33,7 +33,7 @@ from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.completion import top_k_subword_words, top_k_words
 from lmserve.server.decoding.scoring import check_token_count
-from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit, new_session_id
+from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit
 from lmserve.server.engine.autocomplete.session_steps import SessionSteps
 from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
 from lmserve.server.engine.foreground import Foreground
@@ -84,9 +84,6 @@ class Completer:
         )
 
     # -- sessions ------------------------------------------------------------------------------
-
-    def new_session_id(self) -> str:
-        return new_session_id(self.model)
 
     def session(self, session_id: str) -> Session:
         """The held session, or a new empty one under that id (a miss)."""
