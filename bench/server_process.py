@@ -55,6 +55,7 @@ class ServerProcess:
     def __enter__(self) -> Self:
         env = dict(os.environ)
         env["LMSERVE_METRICS_ENABLED"] = "false"  # no clash on the metrics port
+        env.setdefault("LMSERVE_HTTP_PORT", "0")  # nor on the HTTP port
         env["LMSERVE_LOG_LEVEL"] = "WARNING"
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(

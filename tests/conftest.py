@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Every server a test starts opens its HTTP front on a free port (the default, 8080, would be
+# shared by the many servers a run starts). A test that needs a known port sets its own.
+os.environ.setdefault("LMSERVE_HTTP_PORT", "0")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Reference data (KenLM models and scores, the KJV corpus) lives beside the checkout, for us and CI.

@@ -22,6 +22,7 @@ from typing import Self
 SERVING = re.compile(r"serving \S+ on 127\.0\.0\.1:(\d+)")
 METRICS = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
 HEALTH = re.compile(r"health on 127\.0\.0\.1:(\d+)")
+HTTP = re.compile(r"HTTP on https?://127\.0\.0\.1:(\d+)/")
 
 
 def serve_command(repository: Path, *flags: str) -> list[str]:
@@ -31,6 +32,8 @@ def serve_command(repository: Path, *flags: str) -> list[str]:
         command += ["--port", "0"]
     if "--metrics-port" not in flags:
         command += ["--metrics-port", "0"]
+    if "--http-port" not in flags:
+        command += ["--http-port", "0"]
     if "--health-port" in flags:
         command += ["--health-host", "127.0.0.1"]
     return command + list(flags)
@@ -59,6 +62,7 @@ class ServeProcess:
         self.port = 0
         self.metrics_port = 0
         self.health_port = 0
+        self.http_port = 0
         threading.Thread(target=self._drain, daemon=True).start()
         if not self._ready.wait(wait) or not self.port:
             self.kill()
@@ -72,6 +76,8 @@ class ServeProcess:
                 self.metrics_port = int(match.group(1))
             if match := HEALTH.search(line):
                 self.health_port = int(match.group(1))
+            if match := HTTP.search(line):
+                self.http_port = int(match.group(1))
             if match := SERVING.search(line):
                 self.port = int(match.group(1))
                 self._ready.set()

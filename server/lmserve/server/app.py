@@ -32,7 +32,11 @@ from lmserve.server.api.auth import configured_token, server_credentials
 from lmserve.server.api.engine_choice import choose_engines
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
 from lmserve.server.api.health_port import start_health_server
-from lmserve.server.api.observe import server_interceptors
+from lmserve.server.api.http.calls import HttpCalls
+from lmserve.server.api.http.front import HttpFront
+from lmserve.server.api.http.site import build_site
+from lmserve.server.api.observe import access_log_enabled, server_interceptors
+from lmserve.server.api.observed_call import CallObserver
 from lmserve.server.api.ports import bind, check_bindable
 from lmserve.server.api.reflection import enable_reflection
 from lmserve.server.api.reloading import Reloader
@@ -68,6 +72,8 @@ class RunningServer:
     reloader: Reloader
     # The engine worker processes (None with `engine_workers: false`).
     workers: WorkerPool | None = None
+    # The HTTP front (None with `http_enabled: false`).
+    http: HttpFront | None = None
     metrics_port: int | None = None
     health_port: int | None = None
     _health_server: aio.Server | None = field(default=None, repr=False)
@@ -89,7 +95,11 @@ class RunningServer:
             log.info("health NOT_SERVING; still serving for %.1f s", notice)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._hurry.wait(), notice)
-        await self.server.stop(0 if self._hurry.is_set() else grace)
+        grace = 0 if self._hurry.is_set() else grace
+        if self.http is not None:
+            await asyncio.gather(self.server.stop(grace), self.http.stop(grace))
+        else:
+            await self.server.stop(grace)
         if self._health_server is not None:  # answered NOT_SERVING until the main port closed
             await self._health_server.stop(0)
         # Model threads stop after the pass or step in flight; that is waited for (bounded), so
@@ -113,6 +123,8 @@ class RunningServer:
         """Ends a `stop` in progress now: no more notice, in-flight RPCs cancelled (a second
         SIGTERM or Ctrl-C)."""
         self._hurry.set()
+        if self.http is not None:
+            self.http.hurry()
         if self._stopped:
             await self.server.stop(0)  # a smaller grace than the running stop's wins
 
@@ -143,6 +155,8 @@ async def start_server(
         check_bindable(settings.metrics_host, settings.metrics_port)
     if settings.health_port:
         check_bindable(settings.health_host, settings.health_port)
+    if settings.http_enabled:
+        check_bindable(settings.host, settings.http_port)
     credentials = server_credentials(settings)
     token = configured_token(settings)
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
@@ -217,6 +231,12 @@ async def start_server(
             raise OSError(f"cannot bind {address} (metrics): {exc.strerror or exc}") from None
         running._metrics_httpd = httpd
         log.info("metrics on http://%s:%d/metrics", settings.metrics_host, running.metrics_port)
+    if settings.http_enabled:
+        try:
+            await _start_http(running, settings, servicer, token, access_log_enabled(settings))
+        except OSError:  # taken since check_bindable looked
+            await running.stop(None)
+            raise
     if settings.health_port:
         address = f"{settings.health_host}:{settings.health_port}"
         try:
@@ -243,6 +263,25 @@ async def start_server(
         ", bearer-token auth" if token is not None else "",
     )
     return running
+
+
+async def _start_http(
+    running: RunningServer,
+    settings: Settings,
+    servicer: LanguageModelServicer,
+    token: str | None,
+    access_log: bool,
+) -> None:
+    """Opens the HTTP front on the same models, auth, TLS and metrics as the gRPC port."""
+    calls = HttpCalls(CallObserver(running.metrics, access_log=access_log, front="http"), token)
+    site = build_site(servicer, calls, running.health, max_message_bytes=settings.max_message_bytes)
+    running.http = await HttpFront.start(site, settings)
+    log.info(
+        "HTTP on %s://%s:%d/ (Connect JSON, OpenAI /v1, autocomplete page)",
+        running.http.scheme,
+        settings.host,
+        running.http.port,
+    )
 
 
 async def serve(settings: Settings) -> None:
@@ -324,6 +363,10 @@ class BackgroundServer:
     @property
     def health_port(self) -> int | None:
         return self.running.health_port
+
+    @property
+    def http_port(self) -> int | None:
+        return None if self.running.http is None else self.running.http.port
 
     @property
     def address(self) -> str:

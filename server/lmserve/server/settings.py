@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     host: str = "[::]"
     # 0 picks a free port; the bound one is logged.
     port: int = Field(default=50051, ge=0, le=65535)
+    # The HTTP front on `host` (api/http): every RPC as Connect JSON, the OpenAI-compatible /v1
+    # API, the autocomplete WebSocket and its page. 0 picks a free port.
+    http_enabled: bool = True
+    http_port: int = Field(default=8080, ge=0, le=65535)
     metrics_enabled: bool = True
     metrics_host: str = "0.0.0.0"
     metrics_port: int = Field(default=9090, ge=0, le=65535)

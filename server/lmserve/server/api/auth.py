@@ -62,6 +62,19 @@ def configured_token(settings: Settings) -> str | None:
     return token
 
 
+def bearer_problem(value: str | None, expected: bytes) -> str | None:
+    """None when `value` (an authorization header or metadata value) carries the expected
+    bearer token, else why not (never quoting what was sent). Both fronts ask this."""
+    if value is None:
+        return "missing authorization: send 'authorization: Bearer <token>'"
+    if value[: len(_SCHEME)].lower() != _SCHEME:
+        return "the authorization metadata is not a Bearer token"
+    sent = value[len(_SCHEME) :].strip().encode("utf-8", "surrogateescape")
+    if not hmac.compare_digest(sent, expected):
+        return "invalid bearer token"
+    return None
+
+
 class AuthInterceptor(aio.ServerInterceptor):
     """Refuses every RPC without `authorization: Bearer <token>` (UNAUTHENTICATED), except the
     health service when `health_open` (probes carry no token). Goes after ServingInterceptor,
@@ -80,12 +93,7 @@ class AuthInterceptor(aio.ServerInterceptor):
         if not values:
             return "missing authorization metadata: send 'authorization: Bearer <token>'"
         value = values[0] if isinstance(values[0], str) else values[0].decode("latin-1")
-        if value[: len(_SCHEME)].lower() != _SCHEME:
-            return "the authorization metadata is not a Bearer token"
-        sent = value[len(_SCHEME) :].strip().encode("utf-8", "surrogateescape")
-        if not hmac.compare_digest(sent, self._expected):
-            return "invalid bearer token"
-        return None
+        return bearer_problem(value, self._expected)
 
     async def intercept_service(
         self,
@@ -120,4 +128,4 @@ def _refusing(handler: grpc.RpcMethodHandler, problem: str) -> grpc.RpcMethodHan
     return grpc.stream_stream_rpc_method_handler(refuse_stream)
 
 
-__all__ = ["AuthInterceptor", "configured_token", "server_credentials"]
+__all__ = ["AuthInterceptor", "bearer_problem", "configured_token", "server_credentials"]

@@ -27,6 +27,10 @@ __all__ = ["SERVICE_NAME", "HealthServicer", "model_service_name", "publish_heal
 class HealthServicer(_GrpcHealthServicer):
     """grpcio's asyncio health servicer with `List` (its own raises NotImplementedError)."""
 
+    def serving(self, service: str = "") -> bool:
+        """Whether `service` is SERVING now (the HTTP front's /healthz asks)."""
+        return self._server_status.get(service) == SERVING
+
     async def List(
         self, request: health_pb2.HealthListRequest, context: Any
     ) -> health_pb2.HealthListResponse:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -30,12 +29,12 @@ import grpc
 from grpc import aio
 
 from lmserve.server import errors
+from lmserve.server.api.observed_call import CallObserver
 from lmserve.server.api.status_details import overload_status
-from lmserve.server.call_context import begin_call, current_call, request_id_from
+from lmserve.server.call_context import current_call
 from lmserve.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
-access_log = logging.getLogger("lmserve.access")
 REQUEST_ID_KEY = "x-request-id"
 
 STATUS_CODES: dict[type[errors.LmServeError], grpc.StatusCode] = {
@@ -73,8 +72,7 @@ class ServingInterceptor(aio.ServerInterceptor):
     (with `access_log`) one INFO line per RPC on the `lmserve.access` logger."""
 
     def __init__(self, metrics: Metrics, *, access_log: bool = False) -> None:
-        self._metrics = metrics
-        self._access_log = access_log
+        self._observer = CallObserver(metrics, access_log=access_log)
 
     async def intercept_service(
         self,
@@ -114,30 +112,18 @@ class ServingInterceptor(aio.ServerInterceptor):
         A failed RPC is counted before its status is sent: a caller that scrapes /metrics as
         soon as it has the error must find it counted (answers that succeed are counted before
         gRPC sends them, when the handler returns)."""
-        started = time.perf_counter()
-        info = begin_call(request_id_from(_metadata_value(context, REQUEST_ID_KEY)), method)
-        inflight = self._metrics.inflight_of(method)
-        inflight.inc()
-        counted = False
-
-        def count(code: grpc.StatusCode) -> None:
-            nonlocal counted
-            counted = True
-            inflight.dec()
-            self._record(method, info.model, code, started)
-
+        call = self._observer.start(method, _metadata_value(context, REQUEST_ID_KEY))
         try:
-            trailing = ((REQUEST_ID_KEY, info.request_id),)
+            trailing = ((REQUEST_ID_KEY, call.info.request_id),)
             context.set_trailing_metadata(trailing)
             _check_deadline(context)
             yield
         except BaseException as exc:
             code = _code_for(exc, context)
-            count(code)
+            call.finish(code.name)
             await _answer_failure(method, exc, code, context, trailing)
         finally:
-            if not counted:
-                count(grpc.StatusCode.OK)
+            call.finish(grpc.StatusCode.OK.name)  # no-op after a failure
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def wrapped(request: Any, context: aio.ServicerContext) -> Any:
@@ -156,20 +142,6 @@ class ServingInterceptor(aio.ServerInterceptor):
                     yield response
 
         return wrapped
-
-    def _record(self, method: str, model: str, code: grpc.StatusCode, started: float) -> None:
-        seconds = time.perf_counter() - started
-        self._metrics.record_request(method, model, code.name, seconds)
-        if self._access_log:
-            duration_ms = round(seconds * 1000, 3)
-            access_log.info(
-                "%s %s %s %.1f ms",
-                method,
-                model or "-",
-                code.name,
-                duration_ms,
-                extra={"code": code.name, "duration_ms": duration_ms},
-            )
 
 
 def _metadata_value(context: aio.ServicerContext, key: str) -> str | None:

@@ -40,13 +40,16 @@ def tracing_interceptor() -> aio.ServerInterceptor:
     return interceptor
 
 
+def access_log_enabled(settings: Settings) -> bool:
+    """`access_log`, or by default on with JSON logs (both fronts ask this)."""
+    return settings.access_log if settings.access_log is not None else settings.log_format == "json"
+
+
 def server_interceptors(
     settings: Settings, metrics: Metrics, token: str | None
 ) -> list[aio.ServerInterceptor]:
     """The interceptors for `grpc.aio.server`, outermost first."""
-    access = settings.access_log
-    if access is None:
-        access = settings.log_format == "json"
+    access = access_log_enabled(settings)
     chain: list[aio.ServerInterceptor] = []
     if settings.otel_tracing:
         chain.append(tracing_interceptor())
@@ -56,4 +59,9 @@ def server_interceptors(
     return chain
 
 
-__all__ = ["TracingUnavailable", "server_interceptors", "tracing_interceptor"]
+__all__ = [
+    "TracingUnavailable",
+    "access_log_enabled",
+    "server_interceptors",
+    "tracing_interceptor",
+]

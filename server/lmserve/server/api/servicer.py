@@ -11,8 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-
-from grpc import aio
+from typing import Protocol
 
 from lmserve.server.api import convert, generation
 from lmserve.server.api.complete import complete_stream
@@ -40,6 +39,13 @@ from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
 
+class RpcContext(Protocol):
+    """What the servicer reads of a call's context: gRPC's `aio.ServicerContext`, or the HTTP
+    front's (`api.http.connect_service`), which calls these same methods."""
+
+    def time_remaining(self) -> float | None: ...
+
+
 class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     """Answers every RPC of `lmserve.v1.LanguageModelService`."""
 
@@ -51,12 +57,12 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     # -- models ----------------------------------------------------------------------------
 
     async def ListModels(
-        self, request: pb.ListModelsRequest, context: aio.ServicerContext
+        self, request: pb.ListModelsRequest, context: RpcContext
     ) -> pb.ListModelsResponse:
         return pb.ListModelsResponse(models=[convert.model_info(e) for e in self._models.entries()])
 
     async def GetModel(
-        self, request: pb.GetModelRequest, context: aio.ServicerContext
+        self, request: pb.GetModelRequest, context: RpcContext
     ) -> pb.GetModelResponse:
         entry = self._models.entry(validate_model_name(request.model))
         note_model(entry.name)  # GetModel holds no model: it only reads the entry
@@ -65,12 +71,12 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     # -- scoring ---------------------------------------------------------------------------
 
     async def Score(
-        self, request: pb.ScoreRequest, context: aio.ServicerContext
+        self, request: pb.ScoreRequest, context: RpcContext
     ) -> pb.ScoreResponse | bytes:
         return await self._score_request(request, _deadline(context))
 
     async def ScoreStream(
-        self, request_iterator: AsyncIterator[pb.ScoreRequest], context: aio.ServicerContext
+        self, request_iterator: AsyncIterator[pb.ScoreRequest], context: RpcContext
     ) -> AsyncIterator[pb.ScoreResponse | bytes]:
         """Score per message, answered in order; a failure names the request's index."""
         deadline = _deadline(context)
@@ -93,7 +99,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         return convert.score_response_bytes(request.model, scored)
 
     async def Perplexity(
-        self, request: pb.PerplexityRequest, context: aio.ServicerContext
+        self, request: pb.PerplexityRequest, context: RpcContext
     ) -> pb.PerplexityResponse:
         with use_model(self._models, request.model) as served:
             batch = validate_batch(request, self._limits.requests)
@@ -107,7 +113,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     async def CorpusPerplexity(
         self,
         request_iterator: AsyncIterator[pb.CorpusPerplexityRequest],
-        context: aio.ServicerContext,
+        context: RpcContext,
     ) -> pb.CorpusPerplexityResponse:
         served: ServedModel | None = None
         options = ScoreOptions()
@@ -140,7 +146,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     # -- generation ------------------------------------------------------------------------
 
     async def Generate(
-        self, request: pb.GenerateRequest, context: aio.ServicerContext
+        self, request: pb.GenerateRequest, context: RpcContext
     ) -> AsyncIterator[pb.GenerateResponse]:
         with use_model(self._models, request.model) as served:
             words = served.token_texts  # alternatives' texts: never raw BPE pieces
@@ -160,7 +166,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
                 stream.cancel()  # no-op when finished; frees the slots of a client that left
 
     async def BeamSearch(
-        self, request: pb.BeamSearchRequest, context: aio.ServicerContext
+        self, request: pb.BeamSearchRequest, context: RpcContext
     ) -> pb.BeamSearchResponse:
         with use_model(self._models, request.model) as served:
             vocab = served.vocab
@@ -172,13 +178,11 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
             hypotheses=[generation.beam_hypothesis(h, texts, detokenizer()) for h in hypotheses]
         )
 
-    async def Rerank(
-        self, request: pb.RerankRequest, context: aio.ServicerContext
-    ) -> pb.RerankResponse:
+    async def Rerank(self, request: pb.RerankRequest, context: RpcContext) -> pb.RerankResponse:
         return await rerank(self._models, self._limits.requests, request, _deadline(context))
 
     async def RerankStream(
-        self, request_iterator: AsyncIterator[pb.RerankRequest], context: aio.ServicerContext
+        self, request_iterator: AsyncIterator[pb.RerankRequest], context: RpcContext
     ) -> AsyncIterator[pb.RerankResponse]:
         """Rerank per message, answered in order; a failure names the request's index."""
         deadline = _deadline(context)
@@ -189,7 +193,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
             yield response
 
     async def Complete(
-        self, request_iterator: AsyncIterator[pb.CompleteRequest], context: aio.ServicerContext
+        self, request_iterator: AsyncIterator[pb.CompleteRequest], context: RpcContext
     ) -> AsyncIterator[pb.CompleteResponse]:
         async for response in complete_stream(
             self._models, self._limits.requests, request_iterator
@@ -218,7 +222,7 @@ async def _perplexity_scores(
     return await served.score(batch, options, oov_log_probs=True, deadline=deadline)
 
 
-def _deadline(context: aio.ServicerContext) -> float | None:
+def _deadline(context: RpcContext) -> float | None:
     """The call's deadline as a `time.monotonic()` instant (None: no deadline)."""
     remaining = context.time_remaining()
     return None if remaining is None else time.monotonic() + remaining

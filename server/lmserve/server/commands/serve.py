@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", help="gRPC address to bind (default: [::], all interfaces)")
     parser.add_argument("--port", type=int, help="gRPC port; 0 picks a free one (default: 50051)")
+    parser.add_argument(
+        "--http-port", type=int, help="HTTP/JSON, OpenAI API and demo page port (default: 8080)"
+    )
     parser.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (default: 9090)")
     parser.add_argument("--metrics-host", help="/metrics address to bind (default: 0.0.0.0)")
     parser.add_argument(
@@ -91,6 +94,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "model_repository",
         "host",
         "port",
+        "http_port",
         "metrics_port",
         "metrics_host",
         "health_port",

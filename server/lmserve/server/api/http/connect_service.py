@@ -1,0 +1,184 @@
+"""Every RPC of `lmserve.v1.LanguageModelService` over HTTP in the Connect protocol, answered by
+the gRPC servicer's own methods (one copy of validation and conversion).
+
+    POST /lmserve.v1.LanguageModelService/Score   content-type: application/json
+    {"model": "kjv-5gram", "texts": ["in the beginning"]}
+
+connectrpc speaks the protocol: unary calls as plain JSON (or binary protobuf) bodies, streams as
+Connect envelopes (`application/connect+json`), gRPC-Web beside them, `Connect-Timeout-Ms` as
+the deadline, errors as `{"code": "invalid_argument", "message": ...}` with the HTTP status of
+the gRPC code. The endpoints are built from the service's descriptor, so a new RPC in the .proto
+is served here as soon as the servicer has it. JSON uses proto3 JSON names (`returnTokens`);
+an unknown field is INVALID_ARGUMENT, not silently dropped (a misspelt option would be).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from connectrpc._server_shared import (
+    EndpointBidiStream,
+    EndpointClientStream,
+    EndpointServerStream,
+    EndpointUnary,
+)
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from connectrpc.method import IdempotencyLevel, MethodInfo, StreamType
+from connectrpc.request import RequestContext
+from connectrpc.server import ConnectASGIApplication, Endpoint
+from google.protobuf import json_format
+from google.protobuf.descriptor import MethodDescriptor
+from google.protobuf.message import Message
+
+from lmserve.server.api.http.calls import CallFailed, HttpCalls
+from lmserve.server.api.http.failures import Failure
+from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.v1 import lm_service_pb2 as pb
+
+# What connectrpc's application takes (its public `Endpoint` is the base of these four).
+AnyEndpoint = (
+    EndpointUnary[Any, Any]
+    | EndpointClientStream[Any, Any]
+    | EndpointServerStream[Any, Any]
+    | EndpointBidiStream[Any, Any]
+)
+
+SERVICE = pb.DESCRIPTOR.services_by_name["LanguageModelService"]
+PATH = f"/{SERVICE.full_name}"
+# Reads that change nothing: Connect lets these be GET requests (cacheable).
+_NO_SIDE_EFFECTS = frozenset({"ListModels", "GetModel"})
+
+
+class JsonCodec:
+    """proto3 JSON for google.protobuf messages: compact, and strict about unknown fields."""
+
+    def name(self) -> str:
+        return "json"
+
+    def encode(self, message: Message) -> bytes:
+        return json_format.MessageToJson(message, indent=None).encode()
+
+    def decode(self, data: bytes | bytearray, message_class: type[Message]) -> Message:
+        message = message_class()
+        json_format.Parse(bytes(data), message)
+        return message
+
+
+class ProtoCodec:
+    """Binary protobuf (`application/proto`), for Connect and gRPC-Web clients that send it."""
+
+    def name(self) -> str:
+        return "proto"
+
+    def encode(self, message: Message) -> bytes:
+        return message.SerializeToString()
+
+    def decode(self, data: bytes | bytearray, message_class: type[Message]) -> Message:
+        return message_class.FromString(bytes(data))
+
+
+class _Context:
+    """The servicer's view of a Connect call (`servicer.RpcContext`): its deadline."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: RequestContext[Any, Any]) -> None:
+        self._ctx = ctx
+
+    def time_remaining(self) -> float | None:
+        remaining_ms = self._ctx.timeout_ms
+        return None if remaining_ms is None else remaining_ms / 1000
+
+
+def connect_error(failure: Failure, ctx: RequestContext[Any, Any]) -> ConnectError:
+    """The Connect error for `failure` (its `Retry-After` a response header)."""
+    retry_after = failure.retry_after_header()
+    if retry_after is not None:
+        ctx.response_headers["retry-after"] = retry_after
+    name = "CANCELED" if failure.code.name == "CANCELLED" else failure.code.name
+    return ConnectError(Code[name], failure.message)
+
+
+def _response(message: Message | bytes, output: type[Message]) -> Message:
+    """Score answers with prebuilt wire bytes (for gRPC); the codecs want the message."""
+    return output.FromString(message) if isinstance(message, bytes) else message
+
+
+def _headers(ctx: RequestContext[Any, Any]) -> dict[str, str]:
+    return {key: ctx.request_headers.get(key) or "" for key in ("x-request-id", "authorization")}
+
+
+def _endpoint(
+    method: MethodDescriptor, handler: Callable[..., Any], calls: HttpCalls
+) -> AnyEndpoint:
+    name = method.name
+    request_class = getattr(pb, method.input_type.name)
+    response_class: type[Message] = getattr(pb, method.output_type.name)
+    streams_out = method.server_streaming
+    info = MethodInfo(
+        name=name,
+        service_name=SERVICE.full_name,
+        input=request_class,
+        output=response_class,
+        idempotency_level=(
+            IdempotencyLevel.NO_SIDE_EFFECTS
+            if name in _NO_SIDE_EFFECTS
+            else IdempotencyLevel.UNKNOWN
+        ),
+        stream_type=(
+            (StreamType.BIDI_STREAM if streams_out else StreamType.CLIENT_STREAM)
+            if method.client_streaming
+            else (StreamType.SERVER_STREAM if streams_out else StreamType.UNARY)
+        ),
+    )
+
+    async def answer(request: Any, ctx: RequestContext[Any, Any]) -> Message:
+        try:
+            async with calls.call(name, _headers(ctx)) as call:
+                ctx.response_headers["x-request-id"] = call.info.request_id
+                return _response(await handler(request, _Context(ctx)), response_class)
+        except CallFailed as failed:
+            raise connect_error(failed.failure, ctx) from None
+
+    async def stream(request: Any, ctx: RequestContext[Any, Any]) -> AsyncIterator[Message]:
+        try:
+            async with calls.call(name, _headers(ctx)) as call:
+                ctx.response_headers["x-request-id"] = call.info.request_id
+                async for message in handler(request, _Context(ctx)):
+                    yield _response(message, response_class)
+        except CallFailed as failed:
+            raise connect_error(failed.failure, ctx) from None
+
+    if info.stream_type is StreamType.UNARY:
+        return Endpoint.unary(info, answer)
+    if info.stream_type is StreamType.CLIENT_STREAM:
+        return Endpoint.client_stream(info, answer)
+    if info.stream_type is StreamType.SERVER_STREAM:
+        return Endpoint.server_stream(info, stream)
+    return Endpoint.bidi_stream(info, stream)
+
+
+class ConnectService(ConnectASGIApplication[LanguageModelServicer]):
+    """The ASGI app answering `/lmserve.v1.LanguageModelService/*` (mounted by `front`)."""
+
+    def __init__(
+        self, servicer: LanguageModelServicer, calls: HttpCalls, *, max_message_bytes: int
+    ) -> None:
+        def endpoints(service: LanguageModelServicer) -> dict[str, AnyEndpoint]:
+            return {
+                f"{PATH}/{method.name}": _endpoint(method, getattr(service, method.name), calls)
+                for method in SERVICE.methods
+            }
+
+        super().__init__(
+            service=servicer,
+            endpoints=endpoints,
+            read_max_bytes=max_message_bytes,
+            codecs=[ProtoCodec(), JsonCodec()],
+        )
+
+    @property
+    def path(self) -> str:
+        return PATH

@@ -1,0 +1,54 @@
+"""The HTTP front's one ASGI application: what each path is answered by.
+
+/lmserve.v1.LanguageModelService/<Method>   every RPC, Connect protocol (`connect_service`)
+/v1/models, /v1/completions                 the OpenAI-compatible API (`openai_api`)
+/ws/complete                                autocomplete sessions over a WebSocket
+/, /demo                                    the autocomplete page (`demo_page`)
+/healthz                                    200 while serving, 503 otherwise (HTTP probes)
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from lmserve.server.api.health import HealthServicer
+from lmserve.server.api.http.calls import HttpCalls
+from lmserve.server.api.http.connect_service import PATH, ConnectService
+from lmserve.server.api.servicer import LanguageModelServicer
+
+
+class Site:
+    """Connect calls go straight to connectrpc's app; everything else to Starlette's router."""
+
+    def __init__(self, connect: ASGIApp, routes: list[BaseRoute]) -> None:
+        self._connect = connect
+        self._prefix = PATH + "/"
+        self._router = Starlette(routes=routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self._prefix):
+            await self._connect(scope, receive, send)
+        else:
+            await self._router(scope, receive, send)
+
+
+def build_site(
+    servicer: LanguageModelServicer,
+    calls: HttpCalls,
+    health: HealthServicer,
+    *,
+    max_message_bytes: int,
+) -> Site:
+    async def healthz(request: Request) -> Response:
+        serving = health.serving()
+        return PlainTextResponse(
+            "SERVING\n" if serving else "NOT_SERVING\n", status_code=200 if serving else 503
+        )
+
+    routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
+    connect = ConnectService(servicer, calls, max_message_bytes=max_message_bytes)
+    return Site(connect, routes)
