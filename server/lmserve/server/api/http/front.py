@@ -34,6 +34,10 @@ def _listening_socket(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        # Accepted connections inherit it. asyncio sets it itself only on the sockets of a
+        # server it binds; without it every keep-alive request after the first waited for
+        # the client's delayed ACK (44 ms a call, measured).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((bare, port))
         sock.listen(2048)
         sock.setblocking(False)
