@@ -229,8 +229,24 @@ def _server(model_repository: Path, **settings: Any) -> BackgroundServer:
 
 @pytest.fixture(scope="module")
 def token_server(model_repository: Path) -> Iterator[BackgroundServer]:
-    with _server(model_repository, auth_token=TOKEN) as server:
+    # Also a small limit, for the overload answer below.
+    with _server(model_repository, auth_token=TOKEN, max_rerank_hypotheses=2) as server:
         yield server
+
+
+def test_a_request_over_a_limit_is_429_with_the_limit_named(
+    token_server: BackgroundServer,
+) -> None:
+    hypotheses = [{"text": t} for t in ("a", "b", "c")]
+    status, headers, body = post_json(
+        token_server.http_port or 0,
+        f"{SERVICE_PATH}/Rerank",
+        {"model": "kjv3", "lists": [{"id": "x", "hypotheses": hypotheses}]},
+        {"authorization": f"Bearer {TOKEN}"},
+    )
+    assert (status, body["code"]) == (429, "resource_exhausted")
+    assert "more than the limit of 2" in body["message"]
+    assert "retry-after" not in headers  # too large is never worth a retry
 
 
 def test_bearer_token_is_required(token_server: BackgroundServer) -> None:
