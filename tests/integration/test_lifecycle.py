@@ -3,10 +3,13 @@ shutdown notice, and SIGTERM while Generate streams run."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -68,6 +71,18 @@ def test_sigterm_turns_health_not_serving_while_still_serving_the_notice(
             # Load balancers see NOT_SERVING; requests that still come are answered.
             stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
             reply = stub.Score(pb.ScoreRequest(model="test", texts=["a little"]), timeout=5)
+            # The HTTP front drains the same way: /healthz says so, calls are still answered.
+            http = f"http://127.0.0.1:{server.http_port}"
+            with pytest.raises(urllib.error.HTTPError) as draining:
+                urllib.request.urlopen(f"{http}/healthz", timeout=5)
+            assert (draining.value.code, draining.value.read()) == (503, b"NOT_SERVING\n")
+            score = urllib.request.Request(
+                f"{http}/lmserve.v1.LanguageModelService/Score",
+                data=json.dumps({"model": "test", "texts": ["a little"]}).encode(),
+                headers={"content-type": "application/json"},
+            )
+            with urllib.request.urlopen(score, timeout=5) as answer:
+                assert json.loads(answer.read())["results"][0]["tokenCount"] == 3
             assert time.monotonic() - signalled < notice, "too slow to check within the notice"
             assert reply.results[0].token_count == 3
         assert server.wait(timeout=notice + 15) == 0
@@ -159,4 +174,19 @@ def test_a_taken_metrics_port_is_refused_too(model_repository: Path) -> None:
         )
         assert second.returncode == 1
         expected = f"lmserve serve: cannot bind 127.0.0.1:{first.metrics_port}: address in use"
+        assert second.stderr.strip().splitlines() == [expected]
+
+
+def test_a_taken_http_port_is_refused_too(model_repository: Path) -> None:
+    with ServeProcess(model_repository) as first:
+        assert first.http_port
+        second = subprocess.run(
+            serve_command(model_repository, "--http-port", str(first.http_port)),
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        expected = f"lmserve serve: cannot bind 127.0.0.1:{first.http_port}: address in use"
         assert second.stderr.strip().splitlines() == [expected]
