@@ -161,7 +161,7 @@ def test_runtime_stage_is_non_root_without_compiler_or_torch(path: Path) -> None
     assert final.name is None and stages[0].base == final.base
     assert final.args("USER") == ["10001:10001"]
     assert "10001" in " ".join(final.args("RUN"))  # the user exists (useradd)
-    assert set(" ".join(final.args("EXPOSE")).split()) == {"50051", "9090"}
+    assert set(" ".join(final.args("EXPOSE")).split()) == {"50051", "8080", "9090"}
     assert final.args("HEALTHCHECK") == []
     assert json.loads(final.args("ENTRYPOINT")[0]) == ["lmserve", "serve"]
     runs = " ".join(final.args("RUN"))

@@ -158,7 +158,12 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 def test_services_select_the_pods_and_name_their_ports() -> None:
     ports = {p["name"]: p["containerPort"] for p in container()["ports"]}
-    assert ports == {"grpc": 50051, "metrics": 9090, "health": int(env()["LMSERVE_HEALTH_PORT"])}
+    assert ports == {
+        "grpc": 50051,
+        "http": int(env()["LMSERVE_HTTP_PORT"]),
+        "metrics": 9090,
+        "health": int(env()["LMSERVE_HEALTH_PORT"]),
+    }
     headless = one("Service", "lmserve-headless")["spec"]
     assert headless["clusterIP"] == "None"
     assert [p["targetPort"] for p in headless["ports"]] == ["grpc"]
@@ -166,7 +171,9 @@ def test_services_select_the_pods_and_name_their_ports() -> None:
     metrics = one("Service", "lmserve-metrics")["spec"]
     assert metrics.get("clusterIP") != "None"
     assert [p["targetPort"] for p in metrics["ports"]] == ["metrics"]
-    for spec in (headless, metrics):
+    http = one("Service", "lmserve-http")["spec"]
+    assert [(p["targetPort"], p["port"]) for p in http["ports"]] == [("http", ports["http"])]
+    for spec in (headless, metrics, http):
         assert selects(spec["selector"], pod_labels())
     pdb = one("PodDisruptionBudget", "lmserve")["spec"]
     assert pdb["minAvailable"] == 2
