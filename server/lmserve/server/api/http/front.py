@@ -70,6 +70,9 @@ class HttpFront:
             ssl_ca_certs=settings.tls_client_ca_file,
             ssl_cert_reqs=ssl.CERT_REQUIRED if settings.tls_client_ca_file else ssl.CERT_NONE,
             ws_max_size=settings.max_message_bytes,
+            # gRPC's `maximum_concurrent_rpcs`, as uvicorn counts it (connections and calls
+            # beyond it are answered 503 at once).
+            limit_concurrency=settings.max_concurrent_rpcs,
             timeout_graceful_shutdown=int(settings.grace_period_seconds),
         )
         config.load()
