@@ -81,8 +81,12 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
         order = getattr(backend, "order", None)
         if isinstance(order, int) and not info.order:
             info.order = order
+    # Every ready model answers Complete (word models exactly, piece models by a bounded
+    # search); the autocomplete page lists the models that say so.
     info.capabilities.CopyFrom(
-        pb.ModelCapabilities(score=ready, perplexity=ready, next_token_distribution=ready)
+        pb.ModelCapabilities(
+            score=ready, perplexity=ready, next_token_distribution=ready, complete=ready
+        )
     )
     prov = manifest.provenance
     info.provenance.CopyFrom(

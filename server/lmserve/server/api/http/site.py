@@ -17,7 +17,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lmserve.server.api.health import HealthServicer
 from lmserve.server.api.http.calls import HttpCalls
+from lmserve.server.api.http.complete_socket import complete_socket_routes
 from lmserve.server.api.http.connect_service import PATH, ConnectService
+from lmserve.server.api.http.demo_page import demo_page_routes
 from lmserve.server.api.servicer import LanguageModelServicer
 
 
@@ -49,6 +51,10 @@ def build_site(
             "SERVING\n" if serving else "NOT_SERVING\n", status_code=200 if serving else 503
         )
 
-    routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
+    routes: list[BaseRoute] = [
+        Route("/healthz", healthz, methods=["GET"]),
+        *complete_socket_routes(servicer, calls),
+        *demo_page_routes(),
+    ]
     connect = ConnectService(servicer, calls, max_message_bytes=max_message_bytes)
     return Site(connect, routes)
