@@ -37,8 +37,9 @@ def test_get_model_reports_everything(stub: lm_service_pb2_grpc.LanguageModelSer
     tokens = info.special_tokens
     assert (tokens.bos, tokens.eos, tokens.unk) == ("<s>", "</s>", "<unk>")
     assert min(tokens.bos_id, tokens.eos_id, tokens.unk_id) >= 0 and tokens.pad_id == -1
-    assert info.capabilities.score and info.capabilities.perplexity
-    assert not info.capabilities.generate
+    caps = info.capabilities
+    assert caps.score and caps.perplexity and caps.generate and caps.beam_search
+    assert caps.rerank and caps.complete and caps.next_token_distribution
     assert info.provenance.trained_by == "tests"
     assert info.provenance.metrics["test_perplexity"] == pytest.approx(12.5)
     assert info.description == "kjv3 for the integration tests"

@@ -81,11 +81,17 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
         order = getattr(backend, "order", None)
         if isinstance(order, int) and not info.order:
             info.order = order
-    # Every ready model answers Complete (word models exactly, piece models by a bounded
-    # search); the autocomplete page lists the models that say so.
+    # Every ready model answers every RPC (Complete: word models exactly, piece models by a
+    # bounded search); the autocomplete page lists the models that say `complete`.
     info.capabilities.CopyFrom(
         pb.ModelCapabilities(
-            score=ready, perplexity=ready, next_token_distribution=ready, complete=ready
+            score=ready,
+            perplexity=ready,
+            generate=ready,
+            beam_search=ready,
+            rerank=ready,
+            complete=ready,
+            next_token_distribution=ready,
         )
     )
     prov = manifest.provenance
