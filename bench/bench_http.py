@@ -349,7 +349,7 @@ def _emit_pair(
     grpc_front, http_front = figures
     for front, values in figures.items():
         for what, runs in values.items():
-            unit = "ms CPU per unit" if what == "cpu" else key
+            unit = {"cpu": "ms CPU per unit", "p50": "ms", "p99": "ms"}.get(what, what)
             emit(record(f"{name}_{front}_{what}", unit, runs, **extra))
     ratios = [
         h / g for h, g in zip(figures[http_front][key], figures[grpc_front][key], strict=True)
