@@ -20,6 +20,7 @@ from lmserve.server.api.http.calls import HttpCalls
 from lmserve.server.api.http.complete_socket import complete_socket_routes
 from lmserve.server.api.http.connect_service import PATH, ConnectService
 from lmserve.server.api.http.demo_page import demo_page_routes
+from lmserve.server.api.http.openai_api import openai_routes
 from lmserve.server.api.servicer import LanguageModelServicer
 
 
@@ -55,6 +56,7 @@ def build_site(
         Route("/healthz", healthz, methods=["GET"]),
         *complete_socket_routes(servicer, calls),
         *demo_page_routes(),
+        *openai_routes(servicer, calls, max_message_bytes=max_message_bytes),
     ]
     connect = ConnectService(servicer, calls, max_message_bytes=max_message_bytes)
     return Site(connect, routes)

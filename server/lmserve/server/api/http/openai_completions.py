@@ -1,0 +1,301 @@
+"""A `/v1/completions` request carried out by the gRPC servicer's own Generate and Score, its
+answers put in OpenAI's shape.
+
+    steps = CompletionSteps([prompt_steps(servicer, body, i, p) for i, p in enumerate(prompts)])
+    await steps.start()                    # each prompt's first answer: the servicer's refusals
+    async for step in steps.iterate():     # (choice index, Piece) pairs, as the tokens come
+        delta = choices[index].add(piece)  # a streamed chunk's choice; `.result()` at the end
+
+Choice `i * n + k` is sample k of prompt i. Each prompt is one Generate call, all running at once
+(the engine batches them). `echo` puts the prompt before the completion with the
+log-probabilities Score gives for it (no `</s>`): Score gives no alternatives, so an echoed
+token's `top_logprobs` entry is null. Token texts are what each token adds to the text
+(spacing included), so `tokens` joins into `text` and `text_offset` points into it; the keys
+of `top_logprobs` are the alternatives' vocabulary entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from lmserve.server.api.http.openai_schema import CompletionRequest, generate_request
+from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.v1 import lm_service_pb2 as pb
+
+FINISH_REASONS = {
+    pb.FINISH_REASON_LENGTH: "length",
+    pb.FINISH_REASON_STOP: "stop",
+    pb.FINISH_REASON_END_OF_SENTENCE: "stop",
+    pb.FINISH_REASON_CANCELLED: "abort",  # vLLM's name; Generate raises on a passed deadline
+}
+# Steps a prompt may run ahead of the writer before its Generate waits (and, past the engine's
+# own bound, has its sequences parked): a slow reader slows the generation, never buffers it.
+_AHEAD = 16
+
+
+class NoDeadline:
+    """The servicer's view of an OpenAI call (`servicer.RpcContext`): OpenAI has no deadline."""
+
+    __slots__ = ()
+
+    def time_remaining(self) -> float | None:
+        return None
+
+
+@dataclass(slots=True)
+class Piece:
+    """What one message adds to one choice: text, its tokens (offsets from the piece's start),
+    and when the choice ends, why and its usage."""
+
+    text: str = ""
+    tokens: list[str] = field(default_factory=list)
+    token_logprobs: list[float | None] = field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int = 0  # counted on one choice of each prompt
+    completion_tokens: int = 0
+    # Put between this piece and the next text (an echoed prompt and its completion's words).
+    separator: str = ""
+
+
+Step = list[tuple[int, Piece]]
+
+
+class Choice:
+    """One choice as it grows: `add` answers the streamed delta, `result` the whole choice."""
+
+    def __init__(self, index: int, logprobs: bool) -> None:
+        self.index = index
+        self._logprobs = logprobs
+        self._text: list[str] = []
+        self._length = 0
+        self._lists: dict[str, list[Any]] = {
+            "tokens": [],
+            "token_logprobs": [],
+            "top_logprobs": [],
+            "text_offset": [],
+        }
+        self.finish_reason: str | None = None
+        self._separator = ""
+
+    def add(self, piece: Piece) -> dict[str, Any]:
+        text, start = piece.text, self._length
+        if text and self._separator:
+            text, start = self._separator + text, start + len(self._separator)
+            self._separator = ""
+        self._separator = piece.separator or self._separator
+        lists: dict[str, list[Any]] = {
+            "tokens": piece.tokens,
+            "token_logprobs": piece.token_logprobs,
+            "top_logprobs": piece.top_logprobs,
+            "text_offset": [start + offset for offset in piece.offsets],
+        }
+        self._text.append(text)
+        self._length += len(text)
+        for name, values in lists.items():
+            self._lists[name].extend(values)
+        self.finish_reason = piece.finish_reason or self.finish_reason
+        return self._choice(text, lists, piece.finish_reason)
+
+    def result(self) -> dict[str, Any]:
+        return self._choice("".join(self._text), self._lists, self.finish_reason)
+
+    def _choice(
+        self, text: str, lists: dict[str, list[Any]], finish_reason: str | None
+    ) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "text": text,
+            "logprobs": lists if self._logprobs else None,
+            "finish_reason": finish_reason,
+        }
+
+
+def token_step(message: pb.GenerateResponse, first: int) -> Step:
+    """One Generate message as pieces of the choices it touches (`first`: sample 0's choice)."""
+    pieces: dict[int, Piece] = {}
+    for token in message.tokens:
+        piece = pieces.get(token.sample_index)
+        if piece is None:
+            piece = pieces[token.sample_index] = Piece()
+        piece.offsets.append(len(piece.text))
+        piece.text += token.text
+        piece.tokens.append(token.text)
+        piece.token_logprobs.append(finite(token.log_prob))
+        piece.top_logprobs.append({alt.text: finite(alt.log_prob) for alt in token.top_logprobs})
+    if message.HasField("finished"):
+        done = message.finished
+        piece = pieces.get(done.sample_index)
+        if piece is None:
+            piece = pieces[done.sample_index] = Piece()
+        piece.finish_reason = FINISH_REASONS.get(done.reason, "stop")
+        piece.completion_tokens = done.usage.generated_tokens
+        piece.prompt_tokens = done.usage.prompt_tokens if done.sample_index == 0 else 0
+    return [(first + sample, piece) for sample, piece in pieces.items()]
+
+
+def finite(log_prob: float) -> float:
+    """JSON has no infinities: an impossible token's log-probability as vLLM writes it."""
+    return max(log_prob, -9999.0)
+
+
+def _offsets(text: str, tokens: list[str]) -> list[int]:
+    """Where each scored token starts in the prompt (tokens may be lowercased or OOV words);
+    a token not found where expected starts where the previous one ended."""
+    lowered = text.lower()
+    haystack = lowered if len(lowered) == len(text) else text
+    offsets, at = [], 0
+    for token in tokens:
+        found = haystack.find(token.lower(), at) if token else -1
+        start = at if found < 0 else found
+        offsets.append(start)
+        at = start + len(token) if found >= 0 else at
+    return offsets
+
+
+async def echo_piece(
+    servicer: LanguageModelServicer, body: CompletionRequest, prompt: str, separator: str
+) -> Piece:
+    """The prompt as a choice's start: its text (`separator` goes before the completion's
+    text) and, with `logprobs`, its tokens scored by Score exactly (`</s>` not added)."""
+    piece = Piece(text=prompt, separator=separator if prompt and not prompt[-1].isspace() else "")
+    if not prompt or (body.logprobs is None and body.max_tokens != 0):
+        return piece  # nothing to score, or nothing asked of the score
+    request = pb.ScoreRequest(
+        model=body.model,
+        texts=[prompt],
+        options=pb.ScoreOptions(eos=False),
+        return_tokens=body.logprobs is not None,
+    )
+    answer = await servicer.Score(request, NoDeadline())
+    response = pb.ScoreResponse.FromString(answer) if isinstance(answer, bytes) else answer
+    [result] = response.results
+    details = result.details
+    piece.prompt_tokens = result.token_count
+    piece.tokens = list(details.tokens)
+    piece.token_logprobs = [finite(log_prob) for log_prob in details.log_probs]
+    piece.top_logprobs = [None] * len(details.tokens)
+    piece.offsets = _offsets(prompt, piece.tokens)
+    return piece
+
+
+async def prompt_steps(
+    servicer: LanguageModelServicer,
+    body: CompletionRequest,
+    index: int,
+    prompt: str | list[int],
+    separator: str,
+) -> AsyncGenerator[Step, None]:
+    """The steps of prompt `index`: its echo (when asked), then its Generate stream. Generate
+    is started first, so a request it refuses is refused before anything is echoed."""
+    first = index * body.n
+    generating = body.max_tokens != 0
+    messages: AsyncGenerator[pb.GenerateResponse, None] | None = None
+    if generating:
+        generate = servicer.Generate(generate_request(body, prompt), NoDeadline())
+        messages = cast(AsyncGenerator[pb.GenerateResponse, None], generate)  # an async def
+    async with contextlib.AsyncExitStack() as stack:
+        head = None
+        if messages is not None:
+            stack.push_async_callback(messages.aclose)
+            head = await anext(messages)
+        if body.echo:
+            assert isinstance(prompt, str)  # the schema refuses echo of token ids
+            piece = await echo_piece(servicer, body, prompt, separator)
+            if generating:
+                piece.prompt_tokens = 0  # Generate's usage counts the prompt
+            else:
+                piece.finish_reason = "length"
+            yield [(first, piece)] + [(first + k, _without_usage(piece)) for k in range(1, body.n)]
+        if head is not None and messages is not None:
+            yield token_step(head, first)
+            async for message in messages:
+                yield token_step(message, first)
+
+
+def _without_usage(piece: Piece) -> Piece:
+    return Piece(
+        piece.text,
+        piece.tokens,
+        piece.token_logprobs,
+        piece.top_logprobs,
+        piece.offsets,
+        piece.finish_reason,
+        separator=piece.separator,
+    )
+
+
+class CompletionSteps:
+    """Every prompt's steps, merged in arrival order."""
+
+    def __init__(self, sources: list[AsyncGenerator[Step, None]]) -> None:
+        self._sources = sources
+        self._firsts: list[Step | None] = []
+
+    async def start(self) -> None:
+        """Waits for each prompt's first step: a refused request fails here, before an answer
+        has begun; the other prompts are then stopped."""
+
+        async def first(source: AsyncGenerator[Step, None]) -> Step | None:
+            return await anext(source, None)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(first(source)) for source in self._sources]
+        except BaseExceptionGroup as failed:
+            await self.aclose()
+            raise failed.exceptions[0] from None
+        except BaseException:  # cancelled: the client left
+            await self.aclose()
+            raise
+        self._firsts = [task.result() for task in tasks]
+
+    async def aclose(self) -> None:
+        for source in self._sources:
+            await source.aclose()
+
+    async def iterate(self) -> AsyncGenerator[Step, None]:
+        """The steps, after `start`; closing it early stops every prompt's generation."""
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for step in self._firsts:
+                if step is not None:
+                    yield step
+            if len(self._sources) == 1:
+                async for step in self._sources[0]:
+                    yield step
+                return
+            queue: asyncio.Queue[Step | Exception | None] = asyncio.Queue(_AHEAD)
+            tasks = [asyncio.create_task(_pump(source, queue)) for source in self._sources]
+            running = len(tasks)
+            while running:
+                item = await queue.get()
+                if item is None:
+                    running -= 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    yield item
+        finally:
+            for task in tasks:
+                task.cancel()  # each closes its prompt's steps (and so its Generate)
+            if not tasks:
+                await self.aclose()  # closing Generate cancels the generation
+
+
+async def _pump(
+    source: AsyncGenerator[Step, None], queue: asyncio.Queue[Step | Exception | None]
+) -> None:
+    """One prompt's steps into the shared queue, then None (or what it raised)."""
+    try:
+        async with contextlib.aclosing(source):
+            async for step in source:
+                await queue.put(step)
+        await queue.put(None)
+    except Exception as exc:
+        await queue.put(exc)
