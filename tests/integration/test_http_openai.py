@@ -167,6 +167,35 @@ def test_echo_scores_the_prompt_as_score_does(target: Target) -> None:
     assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (scored.token_count, 0)
 
 
+def test_echoed_positions_carry_the_models_top_alternatives(
+    client: openai.OpenAI, stub: Stub
+) -> None:
+    """What lm-evaluation-harness reads: each echoed position's N most probable tokens, each
+    checked here against Score of the prefix followed by that token (another code path)."""
+    prompt = "and god said unto moses"
+    done = client.completions.create(
+        model="kjv3", prompt=prompt, max_tokens=0, echo=True, logprobs=3
+    )
+    logprobs = done.choices[0].logprobs
+    assert logprobs is not None and logprobs.top_logprobs and logprobs.token_logprobs
+    tokens = logprobs.tokens or []
+    for i, (top, own) in enumerate(
+        zip(logprobs.top_logprobs, logprobs.token_logprobs, strict=True)
+    ):
+        assert top is not None and len(top) == 3
+        assert own is not None and max(top.values()) >= own - 1e-9  # the top is the top
+        if tokens[i] in top:
+            assert top[tokens[i]] == own  # the same number, so a greedy check can compare
+        lists = [pb.TokenList(tokens=[*tokens[:i], word]) for word in top]
+        request = pb.ScoreRequest(
+            model="kjv3", token_lists=lists, return_tokens=True, options=pb.ScoreOptions(eos=False)
+        )
+        scored = stub.Score(request, timeout=10).results
+        expected = [result.details.log_probs[-1] for result in scored]
+        assert list(top.values()) == pytest.approx(expected, abs=1e-4)
+    assert "said" in logprobs.top_logprobs[2]  # "and god" -> "said" is among the likeliest
+
+
 def test_echo_with_a_completion_joins_prompt_and_completion(target: Target) -> None:
     done = target.client.completions.create(
         model=target.model, prompt="and god said", max_tokens=4, temperature=0, echo=True

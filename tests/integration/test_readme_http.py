@@ -32,10 +32,14 @@ def _blocks(language: str) -> list[str]:
 
 
 def _curl_commands() -> list[str]:
-    commands = []
+    """Each `curl` command with the lines that continue it (bash reads them as written)."""
+    commands: list[str] = []
     for block in _blocks("sh"):
-        joined = block.replace("\\\n", " ")
-        commands += [line.strip() for line in joined.splitlines() if line.startswith("curl")]
+        for line in block.splitlines():
+            if line.startswith("curl"):
+                commands.append(line)
+            elif commands and line.strip():
+                commands[-1] += "\n" + line
     return commands
 
 

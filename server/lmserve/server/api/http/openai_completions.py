@@ -8,8 +8,11 @@ answers put in OpenAI's shape.
 
 Choice `i * n + k` is sample k of prompt i. Each prompt is one Generate call, all running at once
 (the engine batches them). `echo` puts the prompt before the completion with the
-log-probabilities Score gives for it (no `</s>`): Score gives no alternatives, so an echoed
-token's `top_logprobs` entry is null. Token texts are what each token adds to the text
+log-probabilities Score gives for it (no `</s>`); with `logprobs` N, each echoed position's
+N alternatives come from a one-token greedy Generate of the prompt's prefix (one position after
+another, so a long prompt holds one generation slot: lm-evaluation-harness's greedy check reads
+them), the echoed token's own entry
+holding Score's value so the two agree exactly. Token texts are what each token adds to the text
 (spacing included), so `tokens` joins into `text` and `text_offset` points into it; the keys
 of `top_logprobs` are the alternatives' vocabulary entries.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -180,8 +183,41 @@ async def echo_piece(
     piece.tokens = list(details.tokens)
     piece.token_logprobs = [finite(log_prob) for log_prob in details.log_probs]
     piece.top_logprobs = [None] * len(details.tokens)
+    if body.logprobs:
+        # One position after another: a long prompt must not take every generation slot.
+        piece.top_logprobs = [
+            await _alternatives(servicer, body.model, details.token_ids[:i], body.logprobs)
+            for i in range(len(details.tokens))
+        ]
+        for i, (token, log_prob) in enumerate(zip(piece.tokens, piece.token_logprobs, strict=True)):
+            top = piece.top_logprobs[i]
+            if top is not None and token in top and log_prob is not None:
+                top[token] = log_prob  # Score's value: the same number as token_logprobs
     piece.offsets = _offsets(prompt, piece.tokens)
     return piece
+
+
+async def _alternatives(
+    servicer: LanguageModelServicer, model: str, context: Sequence[int], count: int
+) -> dict[str, float]:
+    """The `count` most probable next tokens after `context` (from `<s>`): one greedy Generate
+    step, whose top alternatives are the model's own distribution."""
+    request = pb.GenerateRequest(
+        model=model,
+        prompt_token_ids=context,
+        sampling=pb.SamplingParams(temperature=0.0),
+        stopping=pb.StoppingCriteria(max_new_tokens=1, ignore_eos=True),
+        logprobs=True,
+        top_logprobs=count,
+    )
+    messages = cast(
+        AsyncGenerator[pb.GenerateResponse, None], servicer.Generate(request, NoDeadline())
+    )
+    async with contextlib.aclosing(messages):
+        async for message in messages:
+            for token in message.tokens:
+                return {alt.text: finite(alt.log_prob) for alt in token.top_logprobs}
+    return {}
 
 
 async def prompt_steps(
