@@ -21,16 +21,15 @@ import asyncio
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 from common import (
-    CACHE_DIR,
     DEFAULT_LSTM,
     DEFAULT_NGRAM,
     QUICK_ENV,
     default_model,
     emit,
+    linked_repository,
     log,
     percentile,
     quick,
@@ -42,21 +41,6 @@ from server_process import ServerProcess
 CONCURRENCY = (1, 8, 32, 64)
 # Steps per stream message: 1 (every token, the default) and a grouped setting for throughput.
 INTERVALS = (1, 4)
-
-
-def _repository(*folders: Path) -> Path:
-    """A repository of just these model folders (links), so the server loads nothing else."""
-    repo = CACHE_DIR / "generate-repo"
-    repo.mkdir(parents=True, exist_ok=True)
-    wanted = {folder.resolve() for folder in folders}
-    for stale in repo.iterdir():
-        if stale.is_symlink() and stale.resolve() not in wanted:
-            stale.unlink()
-    for folder in folders:
-        link = repo / folder.name
-        if not link.exists():
-            link.symlink_to(folder.resolve())
-    return repo
 
 
 class RawSteps:
@@ -249,7 +233,7 @@ def main() -> None:
         ),
     }
 
-    with ServerProcess(_repository(onnx_dir, ngram_dir)) as server:
+    with ServerProcess(linked_repository("generate-repo", onnx_dir, ngram_dir)) as server:
         for model, label in ((onnx_name, "lstm"), (ngram_name, "ngram")):
             log(f"server: {model}")
             steps = raw[label]

@@ -23,8 +23,16 @@ import statistics
 import time
 from typing import Any
 
-from bench_generate import _repository
-from common import DEFAULT_LSTM, QUICK_ENV, default_model, emit, log, quick, record
+from common import (
+    DEFAULT_LSTM,
+    QUICK_ENV,
+    default_model,
+    emit,
+    linked_repository,
+    log,
+    quick,
+    record,
+)
 from server_process import ServerProcess
 
 
@@ -92,7 +100,7 @@ def main() -> None:
     front_ms: list[float] = []
     raw_ms: list[float] = []
     ratios: list[float] = []
-    with ServerProcess(_repository(folder)) as server:
+    with ServerProcess(linked_repository("generate-repo", folder)) as server:
         for run in range(runs):
             raw = _raw_cpu_per_token(stepper, args.streams, 20)
             before, front_before = server.cpu_seconds(), _front_cpu(server)

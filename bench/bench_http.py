@@ -26,7 +26,6 @@ import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from common import (
@@ -36,6 +35,7 @@ from common import (
     REPO_ROOT,
     default_model,
     emit,
+    linked_repository,
     log,
     percentile,
     quick,
@@ -47,16 +47,6 @@ from server_process import ServerProcess, free_port
 TEST_SENTENCES = REPO_ROOT / "export" / "lmserve" / "export" / "corpora" / "kjv" / "test.txt"
 SERVICE = "/lmserve.v1.LanguageModelService"
 SCORE_TEXT = "and god said let there be light and there was light"
-
-
-def _repository(*folders: Path) -> Path:
-    root = Path(os.environ.get("TMPDIR", "/tmp")) / f"lmserve-bench-http-{os.getpid()}"
-    root.mkdir(exist_ok=True)
-    for folder in folders:
-        link = root / folder.name
-        if not link.exists():
-            link.symlink_to(folder.resolve(), target_is_directory=True)
-    return root
 
 
 # -- (a) autocomplete ---------------------------------------------------------------------------
@@ -390,7 +380,7 @@ def main() -> None:
     lstm, ngram = default_model(DEFAULT_LSTM), default_model(DEFAULT_NGRAM)
     http_port = free_port()
     with ServerProcess(
-        _repository(lstm, ngram), extra_args=("--http-port", str(http_port))
+        linked_repository("http-repo", lstm, ngram), extra_args=("--http-port", str(http_port))
     ) as server:
         if args.only in (None, "complete"):
             autocomplete(server, http_port, args.sessions, args.keys, runs, lstm.name)

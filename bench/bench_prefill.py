@@ -20,34 +20,20 @@ import asyncio
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 from common import (
-    CACHE_DIR,
     DEFAULT_LSTM,
     QUICK_ENV,
     default_model,
     emit,
+    linked_repository,
     log,
     percentile,
     quick,
     record,
 )
 from server_process import ServerProcess
-
-
-def _repository(folder: Path) -> Path:
-    """A repository holding only this model (a link), so the server loads nothing else."""
-    repo = CACHE_DIR / "prefill-repo"
-    repo.mkdir(parents=True, exist_ok=True)
-    for stale in repo.iterdir():
-        if stale.is_symlink() and stale.resolve() != folder.resolve():
-            stale.unlink()
-    link = repo / folder.name
-    if not link.exists():
-        link.symlink_to(folder.resolve())
-    return repo
 
 
 async def _follow(client: Any, model: str, seed: int, arrivals: list[tuple[float, int]]) -> None:
@@ -135,7 +121,7 @@ def main() -> None:
     manifest = read_manifest(folder)
     vocab = 1000  # prompt ids among the 1000 most frequent words
     results: list[dict[str, float]] = []
-    with ServerProcess(_repository(folder)) as server:
+    with ServerProcess(linked_repository("prefill-repo", folder)) as server:
         for run in range(runs):
             rec = asyncio.run(
                 _run(server.target, manifest.name, args.streams, prompt_tokens, args.window, vocab)

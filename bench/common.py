@@ -115,3 +115,19 @@ T = TypeVar("T")
 
 def batches(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+def linked_repository(name: str, *folders: Path) -> Path:
+    """A model repository of just these folders (links, under the cache as `name`), so a
+    benchmark's server loads nothing else; links left by an earlier run to others go."""
+    repo = CACHE_DIR / name
+    repo.mkdir(parents=True, exist_ok=True)
+    wanted = {folder.resolve() for folder in folders}
+    for stale in repo.iterdir():
+        if stale.is_symlink() and stale.resolve() not in wanted:
+            stale.unlink()
+    for folder in folders:
+        link = repo / folder.name
+        if not link.exists():
+            link.symlink_to(folder.resolve())
+    return repo
