@@ -163,30 +163,18 @@ def test_a_second_signal_stops_at_once(lstm_repository: Path, notice: str) -> No
         assert "second signal: stopping now" in server.stderr()
 
 
-def test_a_taken_metrics_port_is_refused_too(model_repository: Path) -> None:
+@pytest.mark.parametrize("flag", ["--metrics-port", "--http-port"])
+def test_a_taken_metrics_or_http_port_is_refused_too(model_repository: Path, flag: str) -> None:
     with ServeProcess(model_repository) as first:
+        taken = first.metrics_port if flag == "--metrics-port" else first.http_port
+        assert taken
         second = subprocess.run(
-            serve_command(model_repository, "--metrics-port", str(first.metrics_port)),
+            serve_command(model_repository, flag, str(taken)),
             env=clean_env(),
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert second.returncode == 1
-        expected = f"lmserve serve: cannot bind 127.0.0.1:{first.metrics_port}: address in use"
-        assert second.stderr.strip().splitlines() == [expected]
-
-
-def test_a_taken_http_port_is_refused_too(model_repository: Path) -> None:
-    with ServeProcess(model_repository) as first:
-        assert first.http_port
-        second = subprocess.run(
-            serve_command(model_repository, "--http-port", str(first.http_port)),
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert second.returncode == 1
-        expected = f"lmserve serve: cannot bind 127.0.0.1:{first.http_port}: address in use"
+        expected = f"lmserve serve: cannot bind 127.0.0.1:{taken}: address in use"
         assert second.stderr.strip().splitlines() == [expected]
