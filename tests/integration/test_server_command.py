@@ -43,6 +43,40 @@ def test_import_arpa_rejects_a_bad_pattern(tmp_path: Path, shared_data: Path) ->
     assert main(["import-arpa", str(arpa), str(tmp_path / "m"), "--token-pattern", "("]) == 2
 
 
+def _import(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "lmserve.server.cli", "import-arpa", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_import_arpa_reports_progress_and_replaces_only_its_files(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    arpa = shared_data / "kjv" / "kenlm" / "kjv.3gram.arpa"
+    folder = tmp_path / "kjv3"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("kept")
+    done = _import(str(arpa), str(folder))
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert re.fullmatch(r"read [\d,]+ of [\d,]+ n-grams \(100%\), [\d.]+ M/s, 0 s left", lines[-2])
+    assert lines[-1].startswith("built the model: order 3")
+    assert (folder / "notes.txt").read_text() == "kept"  # a folder's other files stay
+    assert {p.name for p in tmp_path.iterdir()} == {"kjv3"}  # no staging folder left
+
+
+def test_a_truncated_arpa_names_its_line_and_leaves_no_folder(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    text = (shared_data / "kjv" / "kenlm" / "kjv.3gram.arpa").read_bytes()
+    cut = tmp_path / "cut.arpa"
+    cut.write_bytes(text[: len(text) // 2])  # ends inside the 2- or 3-grams
+    done = _import(str(cut), str(tmp_path / "model"))
+    assert done.returncode == 1
+    [message] = [line for line in done.stderr.splitlines() if line.startswith("lmserve")]
+    assert re.search(r"cut\.arpa: line \d+: ", message), message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.arpa"]
+
+
 def _wait_for_port(process: subprocess.Popen[str], deadline: float) -> int:
     assert process.stderr is not None
     seen = []

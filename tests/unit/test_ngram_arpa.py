@@ -5,10 +5,11 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lmserve.server.backends.ngram import NgramModel
-from lmserve.server.backends.ngram.arpa import read_arpa
+from lmserve.server.backends.ngram.arpa import ArpaModel, read_arpa
 from lmserve.server.errors import ArpaFormatError
 from lmserve.server.text.word import encode_token_lists
 
@@ -91,3 +92,48 @@ def test_missing_sentence_markers(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ArpaFormatError, match="cannot read"):
         NgramModel.from_arpa(tmp_path / "absent.arpa")
+
+
+def _same(a: ArpaModel, b: ArpaModel) -> bool:
+    return (
+        a.vocab == b.vocab
+        and a.counts == b.counts
+        and all(
+            np.array_equal(x.words, y.words)
+            and np.array_equal(x.log10_prob, y.log10_prob)
+            and np.array_equal(x.log10_backoff, y.log10_backoff)
+            and np.array_equal(x.lines, y.lines)
+            for x, y in zip(a.orders, b.orders, strict=True)
+        )
+    )
+
+
+@pytest.mark.parametrize("block_bytes", [1, 2, 3, 5, 7, 16, 31, 64, 1000])
+def test_any_block_size_reads_the_same_model(tmp_path: Path, block_bytes: int) -> None:
+    """The file is read in blocks of whole lines: where a block ends must not matter (blank
+    lines, CRLF and a last line without a newline included)."""
+    messy = GOOD.replace("\\2-grams:\n", "\\2-grams:\n\n  \n").replace("\n", "\r\n")
+    for text in (GOOD, messy, GOOD.rstrip("\n")):
+        path = write(tmp_path, text)
+        whole = read_arpa(path, block_bytes=1 << 30)
+        assert _same(read_arpa(path, block_bytes=block_bytes), whole)
+
+
+def test_a_real_model_read_in_small_blocks_is_the_same(shared_data: Path) -> None:
+    path = shared_data / "kjv" / "kenlm" / "kjv.3gram.arpa"
+    seen: list[tuple[int, int]] = []
+    small = read_arpa(
+        path, block_bytes=4093, progress=lambda done, total: seen.append((done, total))
+    )
+    assert _same(small, read_arpa(path))
+    total = sum(small.counts)
+    assert seen[-1] == (total, total) and len(seen) > 100  # progress after every block
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:], strict=False))
+
+
+def test_a_truncated_gzip_is_one_clear_error(tmp_path: Path) -> None:
+    data = gzip.compress(GOOD.encode())
+    path = tmp_path / "cut.arpa.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ArpaFormatError, match="cannot read|expected"):
+        read_arpa(path)

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 HELP = "Import an ARPA n-gram model (.arpa or .arpa.gz) into a model folder the server loads."
 
@@ -23,12 +30,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def written_atomically(model_dir: Path, write: Callable[[Path], T]) -> T:
+    """`write(folder)` into a new folder beside `model_dir`, then moved into place: a failed or
+    interrupted import leaves no half-written model folder. Into an existing folder the new
+    files move one by one, the manifest last, and its other files stay (an ARPA kept there)."""
+    from lmserve.server.manifest import MANIFEST_NAMES
+
+    model_dir = Path(model_dir)
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}.importing-", dir=model_dir.parent))
+    try:
+        result = write(staging)
+        if not model_dir.exists():
+            staging.rename(model_dir)
+            return result
+        written = sorted(staging.iterdir(), key=lambda path: path.name in MANIFEST_NAMES)
+        for path in written:
+            os.replace(path, model_dir / path.name)
+        staging.rmdir()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result
+
+
 def run(args: argparse.Namespace) -> int:
     import re
     import sys
     from datetime import UTC, datetime
 
     from lmserve.server.backends.ngram import NgramModel, write_model_folder
+    from lmserve.server.commands.import_progress import ImportProgress
     from lmserve.server.errors import ModelLoadError
     from lmserve.server.manifest import Provenance, TokenizerSpec
 
@@ -41,23 +73,32 @@ def run(args: argparse.Namespace) -> int:
         except re.error as exc:
             print(f"lmserve import-arpa: --token-pattern: {exc}", file=sys.stderr)
             return 2
+    progress = ImportProgress()
     try:
-        model = NgramModel.from_arpa(arpa)
+        model = NgramModel.from_arpa(arpa, progress=progress)
     except (OSError, ModelLoadError) as exc:
         print(f"lmserve import-arpa: {exc}", file=sys.stderr)
         return 1
-    manifest = write_model_folder(
-        model,
-        model_dir,
-        name=name,
-        tokenizer=TokenizerSpec(lowercase=args.lowercase, pattern=args.token_pattern),
-        provenance=Provenance(
-            trained_by=f"lmserve import-arpa {arpa.name}",
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
-        ),
-        arpa_source=arpa if args.copy_arpa else None,
-        description=args.description,
-    )
+    progress.done(f"built the model: order {model.order}, {len(model.vocab):,} words")
+    try:
+        manifest = written_atomically(
+            model_dir,
+            lambda folder: write_model_folder(
+                model,
+                folder,
+                name=name,
+                tokenizer=TokenizerSpec(lowercase=args.lowercase, pattern=args.token_pattern),
+                provenance=Provenance(
+                    trained_by=f"lmserve import-arpa {arpa.name}",
+                    created=datetime.now(UTC).isoformat(timespec="seconds"),
+                ),
+                arpa_source=arpa if args.copy_arpa else None,
+                description=args.description,
+            ),
+        )
+    except OSError as exc:
+        print(f"lmserve import-arpa: cannot write {model_dir}: {exc}", file=sys.stderr)
+        return 1
     print(
         f"wrote {model_dir}: model {manifest.name!r}, order {model.order}, {len(model.vocab)} words"
     )

@@ -4,20 +4,24 @@ The format: a `\\data\\` section with one `ngram N=count` line per order, then o
 `\\N-grams:` section per order with lines `log10prob w1 ... wN [log10backoff]`, then `\\end\\`.
 Fields may be separated by tabs or spaces; blank lines are ignored; files may be gzipped.
 
-Each section is parsed in bulk (one `bytes.split()`, numpy for the per-line field counts, C-level
-`map` for numbers and word ids) so that a 60 MB ARPA loads in about a second, with no Python loop
-per line. Any malformed input raises `ArpaFormatError` naming the line.
+The file is read once, in order, in blocks of whole lines (`BLOCK_BYTES`), each parsed in bulk
+(one `bytes.split()`, numpy for the per-line field counts, C-level `map` for numbers and word
+ids) straight into the arrays the `\\data\\` counts size: no Python loop per line, and no copy
+of the file or of all its tokens in memory. Any malformed input raises `ArpaFormatError` naming
+the line.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -51,83 +55,176 @@ class ArpaModel:
     counts: list[int]  # as declared in \data\
 
 
-def read_arpa_bytes(path: Path) -> bytes:
-    """Whole file, gunzipped when it is gzip (by magic number, not by name)."""
+# Bytes read per block of a section: the block's tokens are Python objects while it is parsed
+# (about 40 bytes each), so this bounds the parser's own memory beside the arrays it fills.
+BLOCK_BYTES = 2 * 1024 * 1024
+
+# Called with (n-grams read so far, n-grams declared in \data\) after each block.
+Progress = Callable[[int, int], None]
+
+
+def open_arpa(path: Path) -> BinaryIO:
+    """The file as a binary stream, gunzipped when it is gzip (by magic number, not by name)."""
     try:
         with path.open("rb") as f:
             head = f.read(2)
         if head == b"\x1f\x8b":
-            with gzip.open(path, "rb") as g:
-                return g.read()
-        return path.read_bytes()
-    except (OSError, EOFError) as exc:
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return path.open("rb")
+    except OSError as exc:
         raise ArpaFormatError(str(path), "cannot read", f"{exc}") from exc
 
 
-def read_arpa(path: str | Path) -> ArpaModel:
-    """Parses an ARPA file (plain or gzipped) of any order."""
+def read_arpa(
+    path: str | Path, *, progress: Progress | None = None, block_bytes: int = BLOCK_BYTES
+) -> ArpaModel:
+    """Parses an ARPA file (plain or gzipped) of any order, reading it once, in blocks: the
+    memory it takes is the arrays it returns plus one block, whatever the file's size."""
     path = Path(path)
-    return parse_arpa(read_arpa_bytes(path), str(path))
+    with open_arpa(path) as stream:
+        try:
+            return parse_arpa_stream(stream, str(path), progress=progress, block_bytes=block_bytes)
+        except (OSError, EOFError) as exc:  # a truncated gzip stream, a read error
+            raise ArpaFormatError(str(path), "cannot read", f"{exc}") from exc
 
 
 def parse_arpa(data: bytes, name: str = "<arpa>") -> ArpaModel:
+    """Parses ARPA text held in memory."""
+    return parse_arpa_stream(io.BytesIO(data), name)
+
+
+class _Lines:
+    """A binary stream read as lines (the header) and as blocks of whole lines (a section's
+    body), counting line numbers for error messages."""
+
+    def __init__(self, stream: BinaryIO, block_bytes: int) -> None:
+        self._stream = stream
+        self._block = max(block_bytes, 1)
+        self._buf = b""
+        self._pos = 0
+        self._eof = False
+        self.line_no = 0  # of the last line handed out
+
+    def _fill(self) -> bool:
+        """Reads another block after what is left; False at the end of the file."""
+        if self._eof:
+            return False
+        more = self._stream.read(self._block)
+        if not more:
+            self._eof = True
+            return False
+        self._buf = self._buf[self._pos :] + more
+        self._pos = 0
+        return True
+
+    def line(self) -> bytes | None:
+        """The next line, stripped; None at the end of the file."""
+        while True:
+            end = self._buf.find(b"\n", self._pos)
+            if end >= 0 or not self._fill():
+                break
+        if self._pos >= len(self._buf):
+            return None
+        end = len(self._buf) if end < 0 else end
+        text = self._buf[self._pos : end].strip()
+        self._pos = end + 1
+        self.line_no += 1
+        return text
+
+    def section(self) -> Iterator[tuple[bytes, int]]:
+        """Blocks of whole lines (with their first line's number) up to the next line that
+        begins with a backslash, which `line()` reads next."""
+        while True:
+            if self._pos >= len(self._buf) and not self._fill():
+                return
+            buf, pos = self._buf, self._pos
+            if buf.startswith(b"\\", pos):
+                return
+            end = buf.find(b"\n\\", pos)
+            if end >= 0:
+                yield self._take(end + 1)
+                return
+            last = buf.rfind(b"\n", pos)
+            if last < 0 or len(buf) - pos < self._block // 2:
+                if self._fill():  # too little here: read on before parsing
+                    continue
+                if last < 0:  # the file's last line, with no newline
+                    yield self._take(len(buf))
+                    return
+            yield self._take(last + 1)
+
+    def _take(self, end: int) -> tuple[bytes, int]:
+        block = self._buf[self._pos : end]
+        self._pos = end
+        first = self.line_no + 1
+        self.line_no += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+        return block, first
+
+
+def parse_arpa_stream(
+    stream: BinaryIO,
+    name: str = "<arpa>",
+    *,
+    progress: Progress | None = None,
+    block_bytes: int = BLOCK_BYTES,
+) -> ArpaModel:
     def fail(line: int, reason: str, got: bytes | None = None) -> ArpaFormatError:
         # What the line holds goes to the log only (`detail`), never to clients.
         detail = "" if got is None else f"got {got[:80]!r}"
         return ArpaFormatError(name, f"line {line}: {reason}", detail)
 
-    pos, line_no = 0, 0
-
-    def next_line() -> bytes | None:
-        nonlocal pos, line_no
-        if pos >= len(data):
-            return None
-        end = data.find(b"\n", pos)
-        end = len(data) if end < 0 else end
-        text = data[pos:end].strip()
-        pos, line_no = end + 1, line_no + 1
-        return text
-
+    lines = _Lines(stream, block_bytes)
     # Header: anything before \data\ is ignored (SRILM may write comments there).
-    while (text := next_line()) is not None and text != b"\\data\\":
+    while (text := lines.line()) is not None and text != b"\\data\\":
         pass
     if text is None:
-        raise fail(1, f"no \\data\\ section in {line_no} lines")
+        raise fail(1, f"no \\data\\ section in {lines.line_no} lines")
     counts: list[int] = []
-    while (text := next_line()) is not None and not text.startswith(b"\\"):
+    while (text := lines.line()) is not None and not text.startswith(b"\\"):
         if not text:
             continue
         m = _COUNT_LINE.match(text)
         if m is None:
-            raise fail(line_no, "expected 'ngram N=count'", text)
+            raise fail(lines.line_no, "expected 'ngram N=count'", text)
         if int(m.group(1)) != len(counts) + 1:
-            raise fail(line_no, f"expected the count of order {len(counts) + 1}")
+            raise fail(lines.line_no, f"expected the count of order {len(counts) + 1}")
         counts.append(int(m.group(2)))
     if not counts:
-        raise fail(line_no, "\\data\\ declares no n-gram counts")
+        raise fail(lines.line_no, "\\data\\ declares no n-gram counts")
     if counts[0] == 0:
-        raise fail(line_no, "the model has no unigrams")
+        raise fail(lines.line_no, "the model has no unigrams")
 
     vocab: list[str] = []
     index: dict[bytes, int] = {}
     orders: list[ArpaOrder] = []
+    total, done = sum(counts), 0
     for n, count in enumerate(counts, start=1):
         if text is None or _SECTION_LINE.match(text) is None or int(text[1:-7]) != n:
-            raise fail(line_no, f"expected \\{n}-grams:", text or b"end of file")
-        start, first_line = pos, line_no + 1
-        # The section runs to the next line that begins with a backslash.
-        end = data.find(b"\n\\", start - 1)
-        end = len(data) if end < 0 else end + 1
-        block = data[start:end]
-        order = _parse_section(block, n, count, n < len(counts), first_line, index, vocab, fail)
+            raise fail(lines.line_no, f"expected \\{n}-grams:", text or b"end of file")
+        order = ArpaOrder(
+            words=np.empty((count, n), dtype=np.int32),
+            log10_prob=np.empty(count, dtype=np.float64),
+            log10_backoff=np.zeros(count, dtype=np.float64),
+            lines=np.empty(count, dtype=np.int64),
+        )
+        filled = 0
+        for block, first_line in lines.section():
+            filled = _parse_section(
+                block, n, count, filled, n < len(counts), first_line, index, vocab, order, fail
+            )
+            if progress is not None:
+                progress(done + filled, total)
+        if filled != count:
+            raise fail(  # the section's last line
+                lines.line_no, f"\\data\\ declares {count} {n}-grams, the section has {filled}"
+            )
         orders.append(order)
-        line_no += block.count(b"\n")
-        pos = end
-        text = next_line()
+        done += count
+        text = lines.line()
         while text == b"" and text is not None:
-            text = next_line()
+            text = lines.line()
     if text != b"\\end\\":
-        raise fail(line_no, "expected \\end\\", text or b"end of file")
+        raise fail(lines.line_no, "expected \\end\\", text or b"end of file")
     return ArpaModel(vocab=vocab, orders=orders, counts=counts)
 
 
@@ -135,13 +232,16 @@ def _parse_section(
     block: bytes,
     n: int,
     count: int,
+    filled: int,
     has_backoff: bool,
     first_line: int,
     index: dict[bytes, int],
     vocab: list[str],
+    out: ArpaOrder,
     raise_at: Callable[[int, str, bytes | None], ArpaFormatError],
-) -> ArpaOrder:
-    """Parses one `\\n-grams:` block; unigrams also fill `index`/`vocab`."""
+) -> int:
+    """Parses a block of whole lines of a `\\n-grams:` section into `out` from entry `filled`
+    on (unigrams also fill `index`/`vocab`); returns the entries filled after it."""
     arr = np.frombuffer(block, dtype=np.uint8)
     newline = arr == 0x0A
     space = _SPACE[arr] | newline
@@ -158,11 +258,15 @@ def _parse_section(
     nonblank = np.flatnonzero(fields)
     lines = nonblank.astype(np.int64) + first_line
     fields = fields[nonblank]
-    if len(fields) != count:
-        where = int(lines[count]) if len(fields) > count else first_line + n_lines - 1
+    here = len(fields)
+    if filled + here > count:
         raise raise_at(
-            where, f"\\data\\ declares {count} {n}-grams, the section has {len(fields)}", None
+            int(lines[count - filled]),
+            f"\\data\\ declares {count} {n}-grams, the section has more",
+            None,
         )
+    if here == 0:
+        return filled
     allowed = (fields == n + 1) | ((fields == n + 2) & has_backoff)
     if not allowed.all():
         bad = int(np.argmin(allowed))
@@ -173,14 +277,14 @@ def _parse_section(
             None,
         )
     tokens = block.split()
-    first = np.zeros(count, dtype=np.int64)
+    first = np.zeros(here, dtype=np.int64)
     np.cumsum(fields[:-1], out=first[1:])
     # lmplz writes every line of a section with the same number of fields: then a column is a
     # plain slice of the token list, much cheaper than gathering by index.
-    stride = int(fields[0]) if count and (fields == fields[0]).all() else 0
+    stride = int(fields[0]) if (fields == fields[0]).all() else 0
 
     def column(at: npt.NDArray[np.int64]) -> Sequence[bytes]:
-        if stride and len(at) == count:
+        if stride and len(at) == here:
             return tokens[int(at[0]) :: stride]
         return _gather(tokens, at)
 
@@ -197,36 +301,36 @@ def _parse_section(
                     raise raise_at(line, "not a number", tok) from None
             raise
 
-    everything = np.arange(count, dtype=np.int64)
+    rows = slice(filled, filled + here)
+    everything = np.arange(here, dtype=np.int64)
     log10_prob = floats(first, everything)
     # KenLM clamps positive log-probabilities to 0 (with a warning); so do we.
-    np.minimum(log10_prob, 0.0, out=log10_prob)
-    log10_backoff = np.zeros(count, dtype=np.float64)
+    np.minimum(log10_prob, 0.0, out=out.log10_prob[rows])
     with_backoff = np.flatnonzero(fields == n + 2)
     if len(with_backoff):
-        log10_backoff[with_backoff] = floats(first[with_backoff] + n + 1, with_backoff)
-
-    words = np.empty((count, n), dtype=np.int32)
+        out.log10_backoff[filled + with_backoff] = floats(first[with_backoff] + n + 1, with_backoff)
+    out.lines[rows] = lines
+    words = out.words[rows]
     if n == 1:
         raw = column(first + 1)
         for i, word in enumerate(raw):
             if word in index:
                 raise raise_at(int(lines[i]), "duplicate unigram", word)
-            index[word] = i
+            index[word] = filled + i
         try:
             vocab.extend(w.decode("utf-8") for w in raw)
         except UnicodeDecodeError as exc:
             raise raise_at(first_line, "a word is not UTF-8", str(exc).encode()) from None
-        words[:, 0] = np.arange(count, dtype=np.int32)
+        words[:, 0] = np.arange(filled, filled + here, dtype=np.int32)
     else:
         for j in range(n):
             raw = column(first + 1 + j)
-            ids = np.fromiter(map(index.get, raw, repeat(-1)), dtype=np.int32, count=count)
+            ids = np.fromiter(map(index.get, raw, repeat(-1)), dtype=np.int32, count=here)
             if (ids < 0).any():
                 bad = int(np.argmin(ids))
                 raise raise_at(int(lines[bad]), "a word is not among the unigrams", raw[bad])
             words[:, j] = ids
-    return ArpaOrder(words=words, log10_prob=log10_prob, log10_backoff=log10_backoff, lines=lines)
+    return filled + here
 
 
 def _gather(tokens: list[bytes], at: npt.NDArray[np.int64]) -> Sequence[bytes]:

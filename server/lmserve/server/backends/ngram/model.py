@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
-from lmserve.server.backends.ngram.arpa import read_arpa
+from lmserve.server.backends.ngram.arpa import Progress, read_arpa
 from lmserve.server.backends.ngram.build import BOS, EOS, UNK, NgramArrays, build_arrays
 from lmserve.server.backends.ngram.hashing import ProbingTable, make_keys
 
@@ -98,9 +98,16 @@ class NgramModel:
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def from_arpa(cls, path: str | Path, *, kernel: Kernel | None = None) -> NgramModel:
-        """Reads an ARPA file (plain or gzipped, any order)."""
-        return cls(build_arrays(read_arpa(path), str(path)), kernel=kernel)
+    def from_arpa(
+        cls,
+        path: str | Path,
+        *,
+        kernel: Kernel | None = None,
+        progress: Progress | None = None,
+    ) -> NgramModel:
+        """Reads an ARPA file (plain or gzipped, any order); `progress(read, total)` is called
+        as its n-grams are read."""
+        return cls(build_arrays(read_arpa(path, progress=progress), str(path)), kernel=kernel)
 
     def save(self, path: str | Path) -> None:
         """Writes the memory-mappable binary file (see `binary.py`)."""
