@@ -159,6 +159,25 @@ def test_errors_carry_the_grpc_code_and_message(port: int, stub: Stub) -> None:
     assert status == 404
 
 
+def test_undecodable_bodies_are_counted_like_any_refusal(
+    port: int, server: BackgroundServer
+) -> None:
+    key = (
+        "lmserve_requests_total",
+        frozenset({("method", "Perplexity"), ("model", ""), ("code", "INVALID_ARGUMENT")}),
+    )
+    before = scrape(server).get(key, 0.0)
+    status, _, body = post_json(port, f"{SERVICE_PATH}/Perplexity", {"modle": "kjv3"})
+    assert (status, body["code"]) == (400, "invalid_argument")
+    assert body["message"].startswith("request: not a valid lmserve.v1.PerplexityRequest message")
+    assert "modle" in body["message"]
+    status, _, raw = post(
+        port, f"{SERVICE_PATH}/Perplexity", b"\xff\x00", {"content-type": "application/proto"}
+    )
+    assert status == 400 and json.loads(raw)["code"] == "invalid_argument"
+    assert scrape(server)[key] == before + 2
+
+
 def test_generate_errors_end_the_stream_with_the_code(port: int) -> None:
     status, messages, end = stream_call(
         port,

@@ -28,12 +28,11 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import cast
 
 import grpc
-from google.protobuf import json_format
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from lmserve.server.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
-from lmserve.server.api.http.connect_service import JsonCodec
+from lmserve.server.api.http.connect_service import JsonCodec, Undecodable
 from lmserve.server.api.http.failures import Failure
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.errors import InvalidArgument
@@ -96,12 +95,11 @@ async def _requests(websocket: WebSocket) -> AsyncIterator[pb.CompleteRequest]:
             raise InvalidArgument(
                 "frame", "is binary; send each CompleteRequest as a text frame of proto3 JSON"
             )
-        try:
-            request = _CODEC.decode(text.encode(), pb.CompleteRequest)
-        except json_format.ParseError as exc:
+        request = _CODEC.decode(text.encode(), pb.CompleteRequest)
+        if isinstance(request, Undecodable):
             raise InvalidArgument(
-                "frame", f"is not a CompleteRequest in proto3 JSON: {exc}"
-            ) from None
+                "frame", f"is not a CompleteRequest in proto3 JSON: {request.reason}"
+            )
         assert isinstance(request, pb.CompleteRequest)
         yield request
 

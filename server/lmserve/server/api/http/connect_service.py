@@ -30,11 +30,12 @@ from connectrpc.request import RequestContext
 from connectrpc.server import ConnectASGIApplication, Endpoint
 from google.protobuf import json_format
 from google.protobuf.descriptor import MethodDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from lmserve.server.api.http.calls import CallFailed, HttpCalls
 from lmserve.server.api.http.failures import Failure
 from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 
 # What connectrpc's application takes (its public `Endpoint` is the base of these four).
@@ -51,6 +52,20 @@ PATH = f"/{SERVICE.full_name}"
 _NO_SIDE_EFFECTS = frozenset({"ListModels", "GetModel"})
 
 
+class Undecodable:
+    """What the codecs return for a body that is not the RPC's request message: the endpoint
+    turns it into INVALID_ARGUMENT inside the observed call, so it is counted and logged like
+    any other refusal (as the gRPC front's lenient deserializer does)."""
+
+    __slots__ = ("message_name", "reason")
+
+    def __init__(self, message_name: str, reason: str) -> None:
+        self.message_name, self.reason = message_name, reason
+
+    def error(self) -> InvalidArgument:
+        return InvalidArgument("request", f"not a valid {self.message_name} message: {self.reason}")
+
+
 class JsonCodec:
     """proto3 JSON for google.protobuf messages: compact, and strict about unknown fields."""
 
@@ -60,9 +75,12 @@ class JsonCodec:
     def encode(self, message: Message) -> bytes:
         return json_format.MessageToJson(message, indent=None).encode()
 
-    def decode(self, data: bytes | bytearray, message_class: type[Message]) -> Message:
+    def decode(self, data: bytes | bytearray, message_class: type[Message]) -> Any:
         message = message_class()
-        json_format.Parse(bytes(data), message)
+        try:
+            json_format.Parse(bytes(data), message)
+        except json_format.ParseError as exc:
+            return Undecodable(message.DESCRIPTOR.full_name, str(exc))
         return message
 
 
@@ -75,8 +93,23 @@ class ProtoCodec:
     def encode(self, message: Message) -> bytes:
         return message.SerializeToString()
 
-    def decode(self, data: bytes | bytearray, message_class: type[Message]) -> Message:
-        return message_class.FromString(bytes(data))
+    def decode(self, data: bytes | bytearray, message_class: type[Message]) -> Any:
+        try:
+            return message_class.FromString(bytes(data))
+        except DecodeError as exc:
+            return Undecodable(message_class.DESCRIPTOR.full_name, str(exc))
+
+
+def checked(request: Any) -> Any:
+    """`request`, or the INVALID_ARGUMENT its body deserves (`Undecodable`)."""
+    if isinstance(request, Undecodable):
+        raise request.error()
+    return request
+
+
+async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        yield checked(request)
 
 
 class _Context:
@@ -138,6 +171,7 @@ def _endpoint(
         try:
             async with calls.call(name, _headers(ctx)) as call:
                 ctx.response_headers["x-request-id"] = call.info.request_id
+                request = _checked_stream(request) if method.client_streaming else checked(request)
                 return _response(await handler(request, _Context(ctx)), response_class)
         except CallFailed as failed:
             raise connect_error(failed.failure, ctx) from None
@@ -146,6 +180,7 @@ def _endpoint(
         try:
             async with calls.call(name, _headers(ctx)) as call:
                 ctx.response_headers["x-request-id"] = call.info.request_id
+                request = _checked_stream(request) if method.client_streaming else checked(request)
                 async for message in handler(request, _Context(ctx)):
                     yield _response(message, response_class)
         except CallFailed as failed:
