@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from http_calls import post_json
 from prometheus_client import CollectorRegistry
 from test_observability import write_bigram
 
@@ -56,9 +57,31 @@ def test_each_rpc_is_a_span(tmp_path: Path) -> None:
             request.stopping.ignore_eos = True
             answers = list(stub.Generate(request))
             assert sum(len(a.tokens) for a in answers) >= 3
+        # The HTTP front's requests are spans on the same provider.
+        status, _, _ = post_json(
+            running.http_port or 0,
+            "/lmserve.v1.LanguageModelService/Score",
+            {"model": "bigram", "texts": ["the cat"]},
+        )
+        assert status == 200
+    http_spans = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.attributes.get("http.target", s.attributes.get("url.path"))
+        == "/lmserve.v1.LanguageModelService/Score"
+    ]
+    assert http_spans, [s.name for s in exporter.get_finished_spans()]
+    assert any(
+        s.attributes.get("http.status_code", s.attributes.get("http.response.status_code")) == 200
+        for s in http_spans
+    )
     names = [s.name for s in exporter.get_finished_spans()]
     assert "/lmserve.v1.LanguageModelService/Generate" in names
-    spans = [s for s in exporter.get_finished_spans() if s.name.endswith("/Score")]
+    spans = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.name.startswith("/") and s.name.endswith("/Score")
+    ]
     assert [s.name for s in spans] == ["/lmserve.v1.LanguageModelService/Score"] * 2
     codes = [s.attributes.get("rpc.grpc.status_code") for s in spans]
     assert codes == [grpc.StatusCode.OK.value[0], grpc.StatusCode.NOT_FOUND.value[0]]

@@ -35,7 +35,7 @@ from lmserve.server.api.health_port import start_health_server
 from lmserve.server.api.http.calls import HttpCalls
 from lmserve.server.api.http.front import HttpFront
 from lmserve.server.api.http.site import build_site
-from lmserve.server.api.observe import access_log_enabled, server_interceptors
+from lmserve.server.api.observe import access_log_enabled, server_interceptors, traced_http
 from lmserve.server.api.observed_call import CallObserver
 from lmserve.server.api.ports import bind, check_bindable
 from lmserve.server.api.reflection import enable_reflection
@@ -275,7 +275,8 @@ async def _start_http(
     """Opens the HTTP front on the same models, auth, TLS and metrics as the gRPC port."""
     calls = HttpCalls(CallObserver(running.metrics, access_log=access_log, front="http"), token)
     site = build_site(servicer, calls, running.health, max_message_bytes=settings.max_message_bytes)
-    running.http = await HttpFront.start(site, settings)
+    app = traced_http(site) if settings.otel_tracing else site
+    running.http = await HttpFront.start(app, settings)
     log.info(
         "HTTP on %s://%s:%d/ (Connect JSON, OpenAI /v1, autocomplete page)",
         running.http.scheme,

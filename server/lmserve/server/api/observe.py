@@ -11,6 +11,7 @@ refuses), AuthInterceptor (when a token is configured).
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from grpc import aio
 
@@ -20,24 +21,35 @@ from lmserve.server.metrics import Metrics
 from lmserve.server.settings import Settings
 
 OTEL_MODULE = "opentelemetry.instrumentation.grpc"
+OTEL_ASGI_MODULE = "opentelemetry.instrumentation.asgi"
 
 
 class TracingUnavailable(RuntimeError):
     """`otel_tracing` is on but the OpenTelemetry gRPC instrumentation is not installed."""
 
 
+def _otel(module_name: str) -> Any:
+    """An OpenTelemetry instrumentation module, or TracingUnavailable in one line."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TracingUnavailable(
+            f"otel_tracing is on but {module_name} cannot be imported ({exc}): "
+            "install lmserve[otel] or set otel_tracing false"
+        ) from None
+
+
 def tracing_interceptor() -> aio.ServerInterceptor:
     """OpenTelemetry's aio server interceptor (each RPC a span, on the global tracer provider).
     Raises TracingUnavailable, in one line, when the `otel` extra is missing."""
-    try:
-        module = importlib.import_module(OTEL_MODULE)
-    except ImportError as exc:
-        raise TracingUnavailable(
-            f"otel_tracing is on but {OTEL_MODULE} cannot be imported ({exc}): "
-            "install lmserve[otel] or set otel_tracing false"
-        ) from None
-    interceptor: aio.ServerInterceptor = module.aio_server_interceptor()
+    interceptor: aio.ServerInterceptor = _otel(OTEL_MODULE).aio_server_interceptor()
     return interceptor
+
+
+def traced_http(app: Any) -> Any:
+    """The HTTP front's ASGI app with each request a span (OpenTelemetry's ASGI middleware, on
+    the same global tracer provider as the gRPC spans)."""
+    return _otel(OTEL_ASGI_MODULE).OpenTelemetryMiddleware(app)
 
 
 def access_log_enabled(settings: Settings) -> bool:
@@ -63,5 +75,6 @@ __all__ = [
     "TracingUnavailable",
     "access_log_enabled",
     "server_interceptors",
+    "traced_http",
     "tracing_interceptor",
 ]

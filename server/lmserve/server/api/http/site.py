@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -58,5 +60,7 @@ def build_site(
         *demo_page_routes(),
         *openai_routes(servicer, calls, max_message_bytes=max_message_bytes),
     ]
-    connect = ConnectService(servicer, calls, max_message_bytes=max_message_bytes)
+    # connectrpc types its __call__ with asgiref's scope TypedDicts, Starlette with mappings:
+    # the same ASGI callable.
+    connect = cast(ASGIApp, ConnectService(servicer, calls, max_message_bytes=max_message_bytes))
     return Site(connect, routes)
