@@ -43,7 +43,7 @@ class ArpaOrder:
     words: npt.NDArray[np.int32]  # [count, n] vocabulary ids
     log10_prob: npt.NDArray[np.float64]  # [count]
     log10_backoff: npt.NDArray[np.float64]  # [count], 0 where the file gave none
-    lines: npt.NDArray[np.int64]  # [count] 1-based line numbers, for error messages
+    lines: npt.NDArray[np.int32]  # [count] 1-based line numbers, for error messages
 
 
 @dataclass
@@ -205,7 +205,7 @@ def parse_arpa_stream(
             words=np.empty((count, n), dtype=np.int32),
             log10_prob=np.empty(count, dtype=np.float64),
             log10_backoff=np.zeros(count, dtype=np.float64),
-            lines=np.empty(count, dtype=np.int64),
+            lines=np.empty(count, dtype=np.int32),
         )
         filled = 0
         for block, first_line in lines.section():

@@ -71,14 +71,14 @@ class _Rows:
     words: I32
     log10_prob: npt.NDArray[np.float64]
     log10_backoff: npt.NDArray[np.float64]
-    lines: I64  # -1 for fill-in entries
+    lines: I32  # -1 for fill-in entries
 
     def extend(self, words: I32) -> None:
         n = len(words)
         self.words = np.concatenate([self.words, words])
         self.log10_prob = np.concatenate([self.log10_prob, np.full(n, np.nan)])
         self.log10_backoff = np.concatenate([self.log10_backoff, np.zeros(n)])
-        self.lines = np.concatenate([self.lines, np.full(n, -1, dtype=np.int64)])
+        self.lines = np.concatenate([self.lines, np.full(n, -1, dtype=np.int32)])
 
     def take(self, perm: I64) -> None:
         self.words, self.lines = self.words[perm], self.lines[perm]
@@ -86,7 +86,10 @@ class _Rows:
 
 
 def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
-    """Builds sorted, hashed, gap-filled arrays from an ARPA model (see the module docstring)."""
+    """Builds sorted, hashed, gap-filled arrays from an ARPA model (see the module docstring).
+
+    It takes the model's arrays over (`arpa.orders` is emptied): the sorted copies replace
+    them, and nothing holds the file order's arrays beside them (the peak of an import)."""
     vocab = list(arpa.vocab)
     uni = arpa.orders[0]
     log10_prob, log10_backoff = uni.log10_prob, uni.log10_backoff
@@ -98,10 +101,9 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         log10_prob = np.append(log10_prob, MISSING_UNK_LOG10)
         log10_backoff = np.append(log10_backoff, 0.0)
     n_order = len(arpa.orders)
-    rows = [
-        _Rows(o.words, o.log10_prob, o.log10_backoff, o.lines.astype(np.int64)) for o in arpa.orders
-    ]
-    uni_lines = np.full(len(vocab), -1, dtype=np.int64)
+    rows = [_Rows(o.words, o.log10_prob, o.log10_backoff, o.lines) for o in arpa.orders]
+    arpa.orders.clear()
+    uni_lines = np.full(len(vocab), -1, dtype=np.int32)
     uni_lines[: len(uni.lines)] = uni.lines
     rows[0] = _Rows(
         np.arange(len(vocab), dtype=np.int32)[:, None], log10_prob, log10_backoff, uni_lines
@@ -161,15 +163,21 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         parents[k - 1], suffix[k - 1] = prefix, suffix_idx
         k += 1
 
-    probs = [(r.log10_prob * LN10).astype(np.float32) for r in rows]
-    backoffs = [(r.log10_backoff * LN10).astype(np.float32) for r in rows[:-1]]
-    words = [r.words[:, -1].astype(np.int32) for r in rows]
+    del tables, suffix  # the build's hash tables: the probing tables below replace them
     child_start = []
     for k in range(1, n_order):
         per_parent = np.bincount(parents[k], minlength=len(rows[k - 1].words))
         starts = np.zeros(len(per_parent) + 1, dtype=np.int64)
         np.cumsum(per_parent, out=starts[1:])
         child_start.append(starts)
+    del parents
+    probs, backoffs, words = [], [], []
+    for k, r in enumerate(rows):  # each order's build rows go as its final arrays are made
+        probs.append((r.log10_prob * LN10).astype(np.float32))
+        if k < n_order - 1:
+            backoffs.append((r.log10_backoff * LN10).astype(np.float32))
+        words.append(r.words[:, -1].astype(np.int32))
+        rows[k] = _Rows(np.zeros((0, 1), np.int32), np.zeros(0), np.zeros(0), np.zeros(0, np.int32))
     return NgramArrays(
         vocab=vocab,
         counts=list(arpa.counts),
