@@ -145,7 +145,7 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         else:
             suffix_idx = cur.words[:, -1].astype(np.int64)
         keys = make_keys(prefix, cur.words[:, -1])
-        perm = np.argsort(keys, kind="stable")
+        perm = np.argsort(keys)  # distinct keys: any order of ties is moot
         keys, prefix, suffix_idx = keys[perm], prefix[perm], suffix_idx[perm]
         cur.take(perm)
         dup = np.flatnonzero(keys[1:] == keys[:-1])

@@ -60,7 +60,7 @@ class HashTable:
     def build(cls, keys: U64) -> HashTable:
         n_buckets = max(1, int(len(keys) * BUCKETS_PER_KEY))
         home = home_buckets(keys, n_buckets)
-        order = np.argsort(home, kind="stable")
+        order = np.argsort(home)  # ties (same home) may go in any order
         per_bucket = np.bincount(home, minlength=n_buckets)
         bucket_start = np.zeros(n_buckets + 1, dtype=np.int64)
         np.cumsum(per_bucket, out=bucket_start[1:])
@@ -164,7 +164,7 @@ class ProbingTable:
         n = len(keys)
         n_home = max(1, int(n * slots_per_key))
         home = home_slots(keys, n_home)
-        order = np.argsort(home, kind="stable")
+        order = np.argsort(home)  # ties (same home) may go in any order
         rank = np.arange(n, dtype=np.int64)
         place = np.empty(n, dtype=np.int64)
         if n:
