@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_modules import load_bench_module
 
 from lmserve.client import nbest as nbest_io
 
@@ -17,14 +16,7 @@ COMMITTED = REPO / "tests" / "data" / "nbest" / "kjv-test.jsonl"
 
 @pytest.fixture(scope="module")
 def make_nbest() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_nbest", REPO / "bench" / "nbest" / "make_nbest.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_nbest"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_module("nbest/make_nbest.py")
 
 
 @pytest.fixture(scope="module")

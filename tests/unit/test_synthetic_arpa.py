@@ -3,14 +3,13 @@ loads in KenLM, and imports into lmserve with KenLM's scores."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from bench_modules import load_bench_module
 
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.cli import main as server_main
@@ -23,14 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def synthetic() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "synthetic_arpa", REPO / "bench" / "synthetic_arpa.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["synthetic_arpa"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_module("synthetic_arpa.py")
 
 
 @pytest.fixture(scope="module")
