@@ -260,7 +260,10 @@ def run_guarded(cmd: list[str], limit_mb: float, what: str) -> ChildResult:
         stderr = err.read().decode("utf-8", "replace")
     output = None
     if proc.returncode == 0 and stdout.strip().startswith("{"):
-        output = json.loads(stdout.strip().splitlines()[-1])
+        try:  # one JSON object, on its own or as the last line
+            output = json.loads(stdout)
+        except json.JSONDecodeError:
+            output = json.loads(stdout.strip().splitlines()[-1])
     elif proc.returncode != 0 and not killed:
         log(f"  {what} failed ({proc.returncode}): {stderr[-2000:]}")
     return ChildResult(
