@@ -19,6 +19,7 @@ import grpc
 import pytest
 from google.rpc import code_pb2, error_details_pb2
 from grpc_status import rpc_status
+from http_calls import post_json
 from metrics_scrape import scrape
 from prometheus_client import CollectorRegistry
 from serve_process import ServeProcess, wait_until
@@ -146,6 +147,25 @@ def test_json_access_line_carries_the_callers_request_id_and_it_is_echoed(
     assert line["code"] == "OK"
     assert isinstance(line["duration_ms"], float) and line["duration_ms"] >= 0
     assert str(line["time"]).endswith("Z")
+
+
+def test_http_calls_have_the_same_access_line_marked_http(
+    server: BackgroundServer, json_log: io.StringIO
+) -> None:
+    status, headers, _ = post_json(
+        server.http_port or 0,
+        "/lmserve.v1.LanguageModelService/Score",
+        {"model": "bigram", "texts": ["the cat"]},
+        {"authorization": f"Bearer {TOKEN}", "x-request-id": "http-req-7"},
+    )
+    assert status == 200 and headers["x-request-id"] == "http-req-7"
+    [line] = _access_lines(json_log, "http-req-7")
+    assert (line["method"], line["model"], line["code"], line["front"]) == (
+        "Score",
+        "bigram",
+        "OK",
+        "http",
+    )
 
 
 @pytest.mark.parametrize("sent", ["x" * 129, "", None])
