@@ -137,3 +137,16 @@ def test_a_truncated_gzip_is_one_clear_error(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(ArpaFormatError, match="cannot read|expected"):
         read_arpa(path)
+
+
+def test_numbers_read_in_place_equal_pythons_float(tmp_path: Path) -> None:
+    """Higher orders' numbers are parsed from the block's bytes by numpy: every form an ARPA
+    writer uses must give exactly what `float()` gives."""
+    forms = ["-1.2345678901234567", "-0", "0", "-99", "-inf", "1e-05", "-1.5E+02", "+0.5"]
+    forms += [".5", "-.5", "5.", "-0.30102999566398120"]
+    bigrams = "".join(f"{p}\t<s> a\n" for p in forms)  # read only: repeats do not matter
+    text = GOOD.replace("ngram 2=2", f"ngram 2={len(forms)}").replace(
+        "-0.2\t<s> a\n-0.1\ta </s>\n", bigrams
+    )
+    order = read_arpa(write(tmp_path, text)).orders[1]
+    assert order.log10_prob.tolist() == [min(float(f), 0.0) for f in forms]

@@ -18,7 +18,6 @@ import io
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import BinaryIO
@@ -27,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.errors import ArpaFormatError
+from lmserve.server.text._wordindex import WordIndex
 
 _COUNT_LINE = re.compile(rb"^ngram\s+(\d+)\s*=\s*(\d+)$")
 _SECTION_LINE = re.compile(rb"^\\(\d+)-grams:$")
@@ -196,6 +196,7 @@ def parse_arpa_stream(
 
     vocab: list[str] = []
     index: dict[bytes, int] = {}
+    words: WordIds | None = None  # once the unigrams are read
     orders: list[ArpaOrder] = []
     total, done = sum(counts), 0
     for n, count in enumerate(counts, start=1):
@@ -208,9 +209,21 @@ def parse_arpa_stream(
             lines=np.empty(count, dtype=np.int32),
         )
         filled = 0
+        if n == 2:
+            words = WordIds(vocab)
         for block, first_line in lines.section():
             filled = _parse_section(
-                block, n, count, filled, n < len(counts), first_line, index, vocab, order, fail
+                block,
+                n,
+                count,
+                filled,
+                n < len(counts),
+                first_line,
+                index,
+                vocab,
+                words,
+                order,
+                fail,
             )
             if progress is not None:
                 progress(done + filled, total)
@@ -237,6 +250,7 @@ def _parse_section(
     first_line: int,
     index: dict[bytes, int],
     vocab: list[str],
+    word_ids: WordIds | None,
     out: ArpaOrder,
     raise_at: Callable[[int, str, bytes | None], ArpaFormatError],
 ) -> int:
@@ -276,24 +290,25 @@ def _parse_section(
             f"a {n}-gram line needs {want} fields, it has {int(fields[bad])}",
             None,
         )
-    tokens = block.split()
     first = np.zeros(here, dtype=np.int64)
     np.cumsum(fields[:-1], out=first[1:])
-    # lmplz writes every line of a section with the same number of fields: then a column is a
-    # plain slice of the token list, much cheaper than gathering by index.
-    stride = int(fields[0]) if (fields == fields[0]).all() else 0
+    # Every token's bytes [start, end): numbers are read from the block in place, words by
+    # `WordIds`; only the unigram section (small) is split into Python bytes objects.
+    ends = ~space
+    ends[:-1] &= space[1:]
+    span = _Spans(arr, np.flatnonzero(starts), np.flatnonzero(ends) + 1)
+    tokens = block.split() if n == 1 else None
 
     def column(at: npt.NDArray[np.int64]) -> Sequence[bytes]:
-        if stride and len(at) == here:
-            return tokens[int(at[0]) :: stride]
-        return _gather(tokens, at)
+        if tokens is not None:
+            return _gather(tokens, at)
+        return [span.token(int(i)) for i in at]
 
     def floats(at: npt.NDArray[np.int64], which: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        got = column(at)
         try:
-            return np.fromiter(map(float, got), dtype=np.float64, count=len(at))
+            return span.numbers(at)
         except ValueError:
-            for i, tok in enumerate(got):
+            for i, tok in enumerate(column(at)):
                 try:
                     float(tok)
                 except ValueError:
@@ -323,14 +338,65 @@ def _parse_section(
             raise raise_at(first_line, "a word is not UTF-8", str(exc).encode()) from None
         words[:, 0] = np.arange(filled, filled + here, dtype=np.int32)
     else:
+        assert word_ids is not None
+        ids = word_ids.of_tokens(block)  # every token's id; numbers are unknown words
         for j in range(n):
-            raw = column(first + 1 + j)
-            ids = np.fromiter(map(index.get, raw, repeat(-1)), dtype=np.int32, count=here)
-            if (ids < 0).any():
-                bad = int(np.argmin(ids))
-                raise raise_at(int(lines[bad]), "a word is not among the unigrams", raw[bad])
-            words[:, j] = ids
+            column_ids = ids[first + 1 + j]
+            unknown = column_ids == word_ids.unknown
+            if unknown.any():
+                bad = int(np.argmax(unknown))
+                raw = column(first[bad : bad + 1] + 1 + j)
+                raise raise_at(int(lines[bad]), "a word is not among the unigrams", raw[0])
+            words[:, j] = column_ids
     return filled + here
+
+
+class _Spans:
+    """A block's tokens as byte spans, without making them Python objects."""
+
+    # Numbers longer than this are read one by one (no ARPA writer uses them).
+    WIDTH = 32
+
+    def __init__(
+        self, block: npt.NDArray[np.uint8], begin: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
+    ) -> None:
+        self.block, self.begin, self.end = block, begin, end
+
+    def token(self, i: int) -> bytes:
+        return self.block[self.begin[i] : self.end[i]].tobytes()
+
+    def numbers(self, at: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """Tokens `at` as floats, parsed by numpy as `float()` parses them (exactly); a token
+        that is not a number raises ValueError."""
+        begin, end = self.begin[at], self.end[at]
+        lengths = end - begin
+        width = int(lengths.max()) if len(at) else 1
+        if width > self.WIDTH:
+            return np.array([float(self.token(int(i))) for i in at], dtype=np.float64)
+        offsets = np.arange(width, dtype=np.int64)
+        cells = begin[:, None] + offsets
+        inside = offsets < lengths[:, None]
+        text = np.where(inside, self.block[np.minimum(cells, len(self.block) - 1)], 0)
+        return text.astype(np.uint8).view(f"S{width}").ravel().astype(np.float64)
+
+
+class WordIds:
+    """The unigrams' ids of a block's tokens, split and looked up in C (the text layer's
+    `WordIndex`, which splits on the same ASCII whitespace as `bytes.split`): a dict lookup
+    per word in Python was most of a section's parse time. A token that is not a unigram gets
+    `unknown`: the id of a sentinel word holding a newline, which no token can be."""
+
+    def __init__(self, vocab: list[str]) -> None:
+        self.unknown = len(vocab)
+        self._index = WordIndex([*vocab, "\n"], self.unknown)
+
+    def of_tokens(self, block: bytes) -> npt.NDArray[np.int32]:
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError:  # a word that is not UTF-8 cannot be a unigram (they are)
+            text = block.decode("utf-8", "replace")
+        ids, _offsets, _oov, _counts = self._index.encode([text])
+        return np.frombuffer(ids, dtype=np.int32)
 
 
 def _gather(tokens: list[bytes], at: npt.NDArray[np.int64]) -> Sequence[bytes]:
