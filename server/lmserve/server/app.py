@@ -32,11 +32,9 @@ from lmserve.server.api.auth import configured_token, server_credentials
 from lmserve.server.api.engine_choice import choose_engines
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
 from lmserve.server.api.health_port import start_health_server
-from lmserve.server.api.http.calls import HttpCalls
 from lmserve.server.api.http.front import HttpFront
-from lmserve.server.api.http.site import build_site
-from lmserve.server.api.observe import access_log_enabled, server_interceptors, traced_http
-from lmserve.server.api.observed_call import CallObserver
+from lmserve.server.api.http.site import start_http_front
+from lmserve.server.api.observe import server_interceptors
 from lmserve.server.api.ports import bind, check_bindable
 from lmserve.server.api.reflection import enable_reflection
 from lmserve.server.api.reloading import Reloader
@@ -233,7 +231,7 @@ async def start_server(
         log.info("metrics on http://%s:%d/metrics", settings.metrics_host, running.metrics_port)
     if settings.http_enabled:
         try:
-            await _start_http(running, settings, servicer, token, access_log_enabled(settings))
+            running.http = await start_http_front(settings, servicer, health, metrics, token)
         except OSError:  # taken since check_bindable looked
             await running.stop(None)
             raise
@@ -263,26 +261,6 @@ async def start_server(
         ", bearer-token auth" if token is not None else "",
     )
     return running
-
-
-async def _start_http(
-    running: RunningServer,
-    settings: Settings,
-    servicer: LanguageModelServicer,
-    token: str | None,
-    access_log: bool,
-) -> None:
-    """Opens the HTTP front on the same models, auth, TLS and metrics as the gRPC port."""
-    calls = HttpCalls(CallObserver(running.metrics, access_log=access_log, front="http"), token)
-    site = build_site(servicer, calls, running.health, max_message_bytes=settings.max_message_bytes)
-    app = traced_http(site) if settings.otel_tracing else site
-    running.http = await HttpFront.start(app, settings)
-    log.info(
-        "HTTP on %s://%s:%d/ (Connect JSON, OpenAI /v1, autocomplete page)",
-        running.http.scheme,
-        settings.host,
-        running.http.port,
-    )
 
 
 async def serve(settings: Settings) -> None:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import cast
 
 from starlette.applications import Starlette
@@ -22,8 +23,15 @@ from lmserve.server.api.http.calls import HttpCalls
 from lmserve.server.api.http.complete_socket import complete_socket_routes
 from lmserve.server.api.http.connect_service import PATH, ConnectService
 from lmserve.server.api.http.demo_page import demo_page_routes
+from lmserve.server.api.http.front import HttpFront
 from lmserve.server.api.http.openai_api import openai_routes
+from lmserve.server.api.observe import access_log_enabled, traced_http
+from lmserve.server.api.observed_call import CallObserver
 from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.server.metrics import Metrics
+from lmserve.server.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 class Site:
@@ -64,3 +72,27 @@ def build_site(
     # the same ASGI callable.
     connect = cast(ASGIApp, ConnectService(servicer, calls, max_message_bytes=max_message_bytes))
     return Site(connect, routes)
+
+
+async def start_http_front(
+    settings: Settings,
+    servicer: LanguageModelServicer,
+    health: HealthServicer,
+    metrics: Metrics,
+    token: str | None,
+) -> HttpFront:
+    """Opens the HTTP front on the same models, auth, TLS, limits and metrics as the gRPC
+    port (and, with `otel_tracing`, each request a span)."""
+    observer = CallObserver(metrics, access_log=access_log_enabled(settings), front="http")
+    site = build_site(
+        servicer, HttpCalls(observer, token), health, max_message_bytes=settings.max_message_bytes
+    )
+    app = traced_http(site) if settings.otel_tracing else site
+    front = await HttpFront.start(app, settings)
+    log.info(
+        "HTTP on %s://%s:%d/ (Connect JSON, OpenAI /v1, autocomplete page)",
+        front.scheme,
+        settings.host,
+        front.port,
+    )
+    return front
