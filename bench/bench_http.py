@@ -25,8 +25,8 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from common import (
     DEFAULT_LSTM,
@@ -46,6 +46,7 @@ from server_process import ServerProcess, free_port
 
 TEST_SENTENCES = REPO_ROOT / "export" / "lmserve" / "export" / "corpora" / "kjv" / "test.txt"
 SERVICE = "/lmserve.v1.LanguageModelService"
+T = TypeVar("T")
 SCORE_TEXT = "and god said let there be light and there was light"
 
 
@@ -150,16 +151,15 @@ def autocomplete(
     figures: dict[str, dict[str, list[float]]] = {
         f: {"p50": [], "p99": [], "cpu": []} for f in ("grpc", "ws")
     }
-    for run in range(runs + 1):  # the first is a warm-up
+
+    def typing(run: int, front: str) -> Coroutine[Any, Any, list[float]]:
         texts = [line.lower() for line in lines[run * sessions : (run + 1) * sessions]]
-        for front in ("grpc", "ws"):
-            cpu = server.cpu_seconds()
-            rtts = asyncio.run(_typing_run(server, http_port, front, texts, model, keys))
-            cpu = server.cpu_seconds() - cpu
-            if run:
-                figures[front]["p50"].append(1e3 * percentile(rtts, 50))
-                figures[front]["p99"].append(1e3 * percentile(rtts, 99))
-                figures[front]["cpu"].append(1e3 * cpu / len(rtts))
+        return _typing_run(server, http_port, front, texts, model, keys)
+
+    for front, rtts, _, cpu in _alternating(server, ("grpc", "ws"), runs, typing):
+        figures[front]["p50"].append(1e3 * percentile(rtts, 50))
+        figures[front]["p99"].append(1e3 * percentile(rtts, 99))
+        figures[front]["cpu"].append(1e3 * cpu / len(rtts))
     _emit_pair(
         f"http_complete_{sessions}sessions_{model}",
         figures,
@@ -240,15 +240,14 @@ def generation(
     figures: dict[str, dict[str, list[float]]] = {
         f: {"tokens_per_s": [], "cpu": []} for f in ("grpc", "openai")
     }
-    for run in range(runs + 1):
-        for front in ("grpc", "openai"):
-            cpu, started = server.cpu_seconds(), time.perf_counter()
-            count = asyncio.run(_generate_run(server, http_port, front, model, streams, tokens))
-            seconds, cpu = time.perf_counter() - started, server.cpu_seconds() - cpu
-            assert count >= streams * tokens * 0.9, (front, count)
-            if run:
-                figures[front]["tokens_per_s"].append(streams * tokens / seconds)
-                figures[front]["cpu"].append(1e3 * cpu / (streams * tokens))
+
+    def streaming(run: int, front: str) -> Coroutine[Any, Any, int]:
+        return _generate_run(server, http_port, front, model, streams, tokens)
+
+    for front, count, seconds, cpu in _alternating(server, ("grpc", "openai"), runs, streaming):
+        assert count >= streams * tokens * 0.9, (front, count)
+        figures[front]["tokens_per_s"].append(streams * tokens / seconds)
+        figures[front]["cpu"].append(1e3 * cpu / (streams * tokens))
     _emit_pair(
         f"http_generate_{streams}streams_{model}",
         figures,
@@ -307,14 +306,13 @@ def scoring(
     figures: dict[str, dict[str, list[float]]] = {
         f: {"calls_per_s": [], "cpu": []} for f in ("grpc", "json")
     }
-    for run in range(runs + 1):
-        for front in ("grpc", "json"):
-            cpu, started = server.cpu_seconds(), time.perf_counter()
-            calls = asyncio.run(_score_run(server, http_port, front, model, callers, seconds))
-            elapsed, cpu = time.perf_counter() - started, server.cpu_seconds() - cpu
-            if run:
-                figures[front]["calls_per_s"].append(calls / elapsed)
-                figures[front]["cpu"].append(1e3 * cpu / calls)
+
+    def calling(run: int, front: str) -> Coroutine[Any, Any, int]:
+        return _score_run(server, http_port, front, model, callers, seconds)
+
+    for front, calls, elapsed, cpu in _alternating(server, ("grpc", "json"), runs, calling):
+        figures[front]["calls_per_s"].append(calls / elapsed)
+        figures[front]["cpu"].append(1e3 * cpu / calls)
     _emit_pair(
         f"http_score_{callers}callers_{model}",
         figures,
@@ -325,6 +323,23 @@ def scoring(
 
 
 # -- records ------------------------------------------------------------------------------------
+
+
+def _alternating(
+    server: ServerProcess,
+    fronts: tuple[str, str],
+    runs: int,
+    work: Callable[[int, str], Coroutine[Any, Any, T]],
+) -> Iterator[tuple[str, T, float, float]]:
+    """`work(run, front)` for the gRPC front, then the HTTP one, run after run (the first run
+    a warm-up, not yielded): each run's result, wall seconds and the server's CPU seconds."""
+    for run in range(runs + 1):
+        for front in fronts:
+            cpu, started = server.cpu_seconds(), time.perf_counter()
+            result: T = asyncio.run(work(run, front))
+            seconds, cpu = time.perf_counter() - started, server.cpu_seconds() - cpu
+            if run:
+                yield front, result, seconds, cpu
 
 
 def _emit_pair(

@@ -46,6 +46,15 @@ class RpcContext(Protocol):
     def time_remaining(self) -> float | None: ...
 
 
+class NoDeadline:
+    """The context of a call that carries no deadline (an OpenAI request, a WebSocket)."""
+
+    __slots__ = ()
+
+    def time_remaining(self) -> float | None:
+        return None
+
+
 class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     """Answers every RPC of `lmserve.v1.LanguageModelService`."""
 

@@ -34,7 +34,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from lmserve.server.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
 from lmserve.server.api.http.connect_service import JsonCodec, Undecodable
 from lmserve.server.api.http.failures import Failure
-from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.server.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 
@@ -51,15 +51,6 @@ _SERVER_SIDE = {
 # A close frame's reason: at most 123 bytes of UTF-8.
 _REASON_BYTES = 123
 _CODEC = JsonCodec()
-
-
-class _SocketContext:
-    """The servicer's view of the call (`servicer.RpcContext`): a socket has no deadline."""
-
-    __slots__ = ()
-
-    def time_remaining(self) -> float | None:
-        return None
 
 
 def authorization_of(websocket: WebSocket) -> str | None:
@@ -129,7 +120,7 @@ def complete_socket_routes(servicer: LanguageModelServicer, calls: HttpCalls) ->
                 # An async generator (closed here when the client leaves mid-answer).
                 answers = cast(
                     AsyncGenerator[pb.CompleteResponse, None],
-                    servicer.Complete(_requests(websocket), _SocketContext()),
+                    servicer.Complete(_requests(websocket), NoDeadline()),  # sockets have none
                 )
                 try:
                     async with contextlib.aclosing(answers):

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from lmserve.server.api.http.openai_schema import CompletionRequest, generate_request
-from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.server.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.v1 import lm_service_pb2 as pb
 
 FINISH_REASONS = {
@@ -38,15 +39,6 @@ FINISH_REASONS = {
 # Steps a prompt may run ahead of the writer before its Generate waits (and, past the engine's
 # own bound, has its sequences parked): a slow reader slows the generation, never buffers it.
 _AHEAD = 16
-
-
-class NoDeadline:
-    """The servicer's view of an OpenAI call (`servicer.RpcContext`): OpenAI has no deadline."""
-
-    __slots__ = ()
-
-    def time_remaining(self) -> float | None:
-        return None
 
 
 @dataclass(slots=True)
@@ -255,15 +247,7 @@ async def prompt_steps(
 
 
 def _without_usage(piece: Piece) -> Piece:
-    return Piece(
-        piece.text,
-        piece.tokens,
-        piece.token_logprobs,
-        piece.top_logprobs,
-        piece.offsets,
-        piece.finish_reason,
-        separator=piece.separator,
-    )
+    return dataclasses.replace(piece, prompt_tokens=0, completion_tokens=0)
 
 
 class CompletionSteps:

@@ -172,12 +172,13 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         child_start.append(starts)
     del parents
     probs, backoffs, words = [], [], []
-    for k, r in enumerate(rows):  # each order's build rows go as its final arrays are made
+    while rows:  # each order's build rows go as its final arrays are made
+        r = rows.pop(0)
         probs.append((r.log10_prob * LN10).astype(np.float32))
-        if k < n_order - 1:
+        if rows:  # not the highest order
             backoffs.append((r.log10_backoff * LN10).astype(np.float32))
         words.append(r.words[:, -1].astype(np.int32))
-        rows[k] = _Rows(np.zeros((0, 1), np.int32), np.zeros(0), np.zeros(0), np.zeros(0, np.int32))
+        del r
     return NgramArrays(
         vocab=vocab,
         counts=list(arpa.counts),
