@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from types import ModuleType
 
+import kenlm  # a dev dependency: missing, the tests fail (never skip)
 import numpy as np
 import pytest
 from bench_modules import load_bench_module
@@ -94,7 +95,6 @@ def test_floats_format_as_printf(synthetic: ModuleType) -> None:
 def test_kenlm_loads_it_and_lmserve_scores_it_the_same(
     tiny: tuple[Path, dict], tmp_path: Path
 ) -> None:
-    import kenlm  # a dev dependency: a missing module fails the test, never skips it
     path, stats = tiny
     ken = kenlm.Model(str(path))
     assert ken.order == 4
