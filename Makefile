@@ -11,7 +11,7 @@ KJV := export/lmserve/export/corpora/kjv
 
 .PHONY: install serve test check lint proto models bench clean
 
-$(STAMP): pyproject.toml client/pyproject.toml hatch_build.py $(wildcard server/lmserve/server/*/*.c server/lmserve/server/*/*/*.c server/lmserve/server/*/*/*/*.c)
+$(STAMP): pyproject.toml client/pyproject.toml hatch_build.py $(wildcard server/lmserve/server/*/*.[ch] server/lmserve/server/*/*/*.[ch] server/lmserve/server/*/*/*/*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# Two distributions: lmserve-client (client/: stubs, client, the `lmserve` command) and the
 	# server (the root), which depends on it; one pip call resolves both from the checkout.
@@ -29,7 +29,7 @@ proto: $(STAMP)
 		--pyi_out=proto $(PROTO_SRC)
 
 # Rebuilt when the engine changes, so the binary always matches the code that reads it.
-$(DEFAULT_NGRAM): $(STAMP) $(wildcard server/lmserve/server/backends/ngram/*.py server/lmserve/server/backends/ngram/*.c)
+$(DEFAULT_NGRAM): $(STAMP) $(wildcard server/lmserve/server/backends/ngram/*.py server/lmserve/server/backends/ngram/*.[ch])
 	$(BIN)/lmserve train-ngram --order 5 --smoothing modified-kneser-ney --name kjv-5gram \
 		--lowercase --token-pattern "[a-z]+(?:'[a-z]+)*" --heldout $(KJV)/valid.txt \
 		--test $(KJV)/test.txt $(KJV)/train.txt models/kjv-5gram

@@ -1,7 +1,8 @@
 """Hatchling build hook: compiles lmserve's C extension modules with the platform C compiler.
 
-Each extension is one self-contained `.c` file using only the CPython C-API, so no build system
-is needed beyond `cc -O3 -fPIC -shared` with Python's include directory and extension suffix.
+Each extension is one `.c` file (and headers beside it) using only the CPython C-API, so no
+build system is needed beyond `cc -O3 -fPIC -shared` with Python's include directory and
+extension suffix.
 
 - editable install (`pip install -e .`): the module is compiled in place, next to its source,
   where the editable path finds it (the `.so` files are git-ignored);
@@ -25,6 +26,10 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 # (module name, source relative to the repository root)
 EXTENSIONS = [
     ("lmserve.server.backends.ngram._kernel", "server/lmserve/server/backends/ngram/_kernel.c"),
+    (
+        "lmserve.server.backends.ngram._arpa_import",
+        "server/lmserve/server/backends/ngram/_arpa_import.c",
+    ),
     ("lmserve.server.text._wordindex", "server/lmserve/server/text/_wordindex.c"),
     ("lmserve.server.decoding._draw", "server/lmserve/server/decoding/_draw.c"),
     ("lmserve.server.api._wire", "server/lmserve/server/api/_wire.c"),

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from lmserve.server.backends.ngram import NgramModel
-from lmserve.server.backends.ngram.build import NgramArrays
+from lmserve.server.backends.ngram.arpa import read_arpa
+from lmserve.server.backends.ngram.build import build_tables
+from lmserve.server.backends.ngram.tables import NgramTables
 from lmserve.server.text.word import encode_token_lists
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,13 +56,16 @@ def test_kenlm_test_models(name: str) -> None:
 
 @pytest.fixture(scope="module")
 def kjv5_models(tmp_path_factory: pytest.TempPathFactory) -> list[NgramModel]:
-    """The KJV 5-gram from its ARPA and from the binary compiled from it."""
-    from_arpa = NgramModel.from_arpa(KJV / "kenlm" / "kjv.5gram.arpa.gz")
+    """The KJV 5-gram from its ARPA (the streaming C import and the numpy reference build) and
+    from the binary compiled from it."""
+    arpa = KJV / "kenlm" / "kjv.5gram.arpa.gz"
+    from_arpa = NgramModel.from_arpa(arpa)
     binary = tmp_path_factory.mktemp("kjv5") / "kjv5.lmbin"
     from_arpa.save(binary)
-    # The C kernel (the default) on both, and the numpy reference path.
-    numpy_path = NgramModel(from_arpa.arrays, kernel="numpy")
-    return [from_arpa, NgramModel.load(binary), numpy_path]
+    # The C kernel (the default) on all, and the numpy reference scoring path.
+    numpy_path = NgramModel(from_arpa.tables, kernel="numpy")
+    numpy_build = NgramModel(build_tables(read_arpa(arpa)))
+    return [from_arpa, NgramModel.load(binary), numpy_path, numpy_build]
 
 
 def test_kjv5_reference_totals(kjv5_models: list[NgramModel]) -> None:
@@ -96,13 +101,13 @@ def test_kjv5_perplexity(kjv5_models: list[NgramModel]) -> None:
 
 
 @pytest.fixture(scope="module")
-def kjv3_arrays() -> NgramArrays:
-    return NgramModel.from_arpa(KJV / "kenlm" / "kjv.3gram.arpa").arrays
+def kjv3_tables() -> NgramTables:
+    return NgramModel.from_arpa(KJV / "kenlm" / "kjv.3gram.arpa").tables
 
 
 @pytest.fixture(scope="module", params=["c", "numpy"])
-def kjv3(kjv3_arrays: NgramArrays, request: pytest.FixtureRequest) -> NgramModel:
-    return NgramModel(kjv3_arrays, kernel=request.param)
+def kjv3(kjv3_tables: NgramTables, request: pytest.FixtureRequest) -> NgramModel:
+    return NgramModel(kjv3_tables, kernel=request.param)
 
 
 def test_random_sentences_against_kenlm_module(kjv3: NgramModel) -> None:

@@ -15,6 +15,7 @@ import pytest
 from lmserve.server.backends.base import EncodedBatch, Vocabulary
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.ngram import _kernel as kernel_module
+from lmserve.server.backends.ngram.hashing import EMPTY, FINAL_SLOT_DTYPE
 from lmserve.server.backends.ngram.model import c_kernel_available
 from lmserve.server.text import _wordindex as wordindex_module
 from lmserve.server.text.word import TextEncoder, WordTokenizer, encode_token_lists
@@ -38,7 +39,7 @@ def test_extensions_are_built() -> None:
 @pytest.fixture(scope="module")
 def models() -> tuple[NgramModel, NgramModel]:
     ref = NgramModel.from_arpa(KJV3, kernel="numpy")
-    return ref, NgramModel(ref.arrays, kernel="c")
+    return ref, NgramModel(ref.tables, kernel="c")
 
 
 def test_default_kernel_is_c() -> None:
@@ -157,7 +158,7 @@ def test_unigram_model_in_c(tmp_path: Path) -> None:
     arpa = tmp_path / "uni.arpa"
     arpa.write_text(UNIGRAM_ARPA)
     ref = NgramModel.from_arpa(arpa, kernel="numpy")
-    c = NgramModel(ref.arrays, kernel="c")
+    c = NgramModel(ref.tables, kernel="c")
     _assert_same(ref, c, encode_token_lists([["a", "b", "a"], [], ["<s>"]], ref.vocab))
 
 
@@ -299,19 +300,29 @@ def test_text_encoder_native_equals_python() -> None:
     assert not TextEncoder(WordTokenizer(pattern=r"[a-z]+"), vocab).native
 
 
+def _final_slots(*keys: int) -> np.ndarray:
+    """A highest-order table's slots (12 bytes each) as the bytes the Scorer takes."""
+    slots = np.zeros(len(keys), dtype=FINAL_SLOT_DTYPE)
+    slots["key"] = keys
+    return slots.view(np.uint8)
+
+
 def test_scorer_refuses_malformed_probing_tables() -> None:
-    empty = np.iinfo(np.uint64).max
-    good = np.array([empty, 0, empty, 0], dtype=np.uint64)  # two slots, both empty
+    empty = int(np.iinfo(np.uint64).max)
+    good = _final_slots(empty, empty)  # two slots, both empty
     scorer = kernel_module.Scorer(np.zeros(3), np.zeros(3), (good,), (1,), 0, 1)
     totals = np.empty(1)
     scorer.score(np.array([2, 2], np.int32), np.array([0, 2], np.int64), True, True, totals)
     assert totals[0] == 0.0
-    last_slot_used = np.array([empty, 0, 5, 0], dtype=np.uint64)
-    for table, n_home in [(last_slot_used, 1), (good, 2), (good, 0), (good[:3], 1)]:
+    last_slot_used = _final_slots(empty, 5)
+    for table, n_home in [(last_slot_used, 1), (good, 2), (good, 0), (good[:-4], 1)]:
         with pytest.raises(ValueError, match="malformed probing table"):
             kernel_module.Scorer(np.zeros(3), np.zeros(3), (table,), (n_home,), 0, 1)
+    # A context order's 16-byte slots are not a highest order's 12-byte ones.
+    with pytest.raises(ValueError, match="malformed probing table"):
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (good[:16],), (1,), 0, 1)
     with pytest.raises(TypeError):
-        kernel_module.Scorer(np.zeros(3), np.zeros(3), (good.view(np.int64),), (1,), 0, 1)
+        kernel_module.Scorer(np.zeros(3), np.zeros(3), (good.view(np.int8),), (1,), 0, 1)
     with pytest.raises(TypeError):
         kernel_module.Scorer(np.zeros(3), np.zeros(3), (good,), (), 0, 1)
     with pytest.raises(OverflowError):
@@ -325,14 +336,16 @@ KENLM_TESTS = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "
 
 def _model_ngram(rng: random.Random, model: NgramModel) -> list[int]:
     """The words of a random entry of a random order >= 2: a context that matches deep."""
-    a = model.arrays
+    tables = model.tables.tables
     k = rng.randrange(2, model.order + 1)
-    entry = rng.randrange(len(a.words[k - 1]))
+    used = np.flatnonzero(tables[k - 2].slots["key"] != EMPTY)
+    slot = int(used[rng.randrange(len(used))])
     words = []
-    for j in range(k, 1, -1):  # the entry's last word, then its prefix in order j-1
-        words.append(int(a.words[j - 1][entry]))
-        entry = int(np.searchsorted(a.child_start[j - 2], entry, side="right")) - 1
-    return [entry, *words[::-1]]
+    for j in range(k, 1, -1):  # the entry's last word, then its prefix's slot in order j-1
+        key = int(tables[j - 2].slots["key"][slot])
+        words.append(key & 0xFFFFFFFF)
+        slot = key >> 32
+    return [slot, *words[::-1]]  # order 1's "slot" is the word id
 
 
 def _random_contexts(rng: random.Random, model: NgramModel, n: int) -> list[list[int]]:
@@ -365,7 +378,7 @@ def test_distributions_equal_next_token_log_probs(
         ref, c = models
     else:  # KenLM's hand-made 5-grams: pruned contexts, missing prefixes, no <unk>
         ref = NgramModel.from_arpa(KENLM_TESTS / arpa, kernel="numpy")
-        c = NgramModel(ref.arrays, kernel="c")
+        c = NgramModel(ref.tables, kernel="c")
     rng = random.Random(5)
     contexts = [[], [], *_random_contexts(rng, ref, 150)]
     for bos in (True, False):
@@ -421,8 +434,7 @@ def test_distributions_reject_bad_input(models: tuple[NgramModel, NgramModel]) -
         c.next_token_log_probs_batch([[1]], out=np.empty((1, v)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="out must be float32"):
         c.next_token_log_probs_batch([[1]], out=np.empty((2, v), np.float32))
-    c.next_token_log_probs_batch([[1]])
-    scorer = c._c_dist
+    scorer = c._c
     assert scorer is not None
     ids = np.array([1, 2, 3], np.int32)
     out = np.empty((1, v), np.float32)
@@ -444,41 +456,3 @@ def test_distributions_reject_bad_input(models: tuple[NgramModel, NgramModel]) -
     readonly.flags.writeable = False
     with pytest.raises((BufferError, ValueError)):
         scorer.distributions(ids, np.array([0, 3], np.int64), True, readonly)
-    # A Scorer made without the CSR arrays only scores.
-    assert c._c is not None
-    with pytest.raises(RuntimeError, match="CSR"):
-        c._c.distributions(ids, np.array([0, 3], np.int64), True, out)
-
-
-def test_scorer_refuses_malformed_csr_arrays(models: tuple[NgramModel, NgramModel]) -> None:
-    c = models[1]
-    a = c.arrays
-    tables = c._tables
-    good = {
-        "child_start": tuple(a.child_start),
-        "words": tuple(a.words[1:]),
-        "probs": tuple(a.probs[1:]),
-        "entries": tuple(t.entry for t in tables),
-    }
-    args = c._scorer_args()
-    kernel_module.Scorer(*args, **good)
-
-    def refused(exc: type[Exception], match: str, **changes: object) -> None:
-        with pytest.raises(exc, match=match):
-            kernel_module.Scorer(*args, **{**good, **changes})
-
-    refused(TypeError, "or none", entries=None)
-    refused(TypeError, "tuple", words=good["words"][:1])
-    start = a.child_start[0].copy()
-    start[5], start[6] = start[6], start[5] - 1
-    refused(ValueError, "child_start", child_start=(start, *a.child_start[1:]))
-    refused(ValueError, "child_start", child_start=(a.child_start[0][:-1], *a.child_start[1:]))
-    words = a.words[1].copy()
-    words[0] = len(c.vocab)
-    refused(ValueError, "vocabulary id", words=(words, *a.words[2:]))
-    refused(ValueError, "differ in length", probs=(a.probs[1][:-1], *a.probs[2:]))
-    refused(TypeError, "probs", probs=(a.probs[1].astype(np.float64), *a.probs[2:]))
-    entry = tables[0].entry.copy()
-    entry[np.flatnonzero(entry >= 0)[0]] = -1  # a used slot without an entry
-    refused(ValueError, "slot -> entry", entries=(entry, *good["entries"][1:]))
-    refused(ValueError, "slot -> entry", entries=(entry[:-1], *good["entries"][1:]))

@@ -50,9 +50,9 @@ def test_round_trip_scores_identically(arpa: Path, tmp_path: Path) -> None:
 
 def test_arrays_are_aligned_and_mapped(tmp_path: Path) -> None:
     NgramModel.from_arpa(FIXTURES / "toy.arpa").save(tmp_path / "m.lmbin")
-    arrays = NgramModel.load(tmp_path / "m.lmbin").arrays
-    mapped: list[np.ndarray[Any, Any]] = [*arrays.probs, *arrays.backoffs, *arrays.child_start]
-    mapped += [t.slots for t in arrays.tables] + [t.entry for t in arrays.tables]
+    tables = NgramModel.load(tmp_path / "m.lmbin").tables
+    mapped: list[np.ndarray[Any, Any]] = [tables.uni_prob, tables.uni_backoff]
+    mapped += [t.slots for t in tables.tables]
     for arr in mapped:
         assert not arr.flags.owndata  # a view over the mapped file, not a copy
         assert arr.ctypes.data % 8 == 0
@@ -80,17 +80,17 @@ def test_damaged_files_are_refused(
 
 
 def test_payload_corruption_found_when_verifying(tmp_path: Path) -> None:
-    from lmserve.server.backends.ngram.binary import load_arrays
+    from lmserve.server.backends.ngram.binary import load_tables
 
     path = tmp_path / "m.lmbin"
     NgramModel.from_arpa(FIXTURES / "toy.arpa").save(path)
     data = bytearray(path.read_bytes())
     header = json.loads(data[24 : 24 + int.from_bytes(data[12:16], "little")])
-    prob = next(e for e in header["arrays"] if e["name"] == "prob.2")
+    prob = next(e for e in header["arrays"] if e["name"] == "table.2")
     data[prob["offset"]] ^= 0x55
     path.write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match="crc32"):
-        load_arrays(path, verify=True)
+        load_tables(path, verify=True)
 
 
 def test_write_model_folder(tmp_path: Path) -> None:

@@ -169,7 +169,7 @@ class _PerContext:
 
 @pytest.mark.parametrize("kernel", ["c", "numpy"])
 def test_ngram_steps_in_one_batched_float32_call(ngram: NgramModel, kernel: str) -> None:
-    model = NgramModel(ngram.arrays, kernel=kernel)  # type: ignore[arg-type]
+    model = NgramModel(ngram.tables, kernel=kernel)  # type: ignore[arg-type]
     batched = make_stepper(model)
     loop = ContextStepper(_PerContext(model), max_context=model.order - 1)  # type: ignore[arg-type]
     texts = [*_texts(model), [3, 4, 5], [], [3, 4, 5]]  # shared contexts, side by side and apart

@@ -11,15 +11,10 @@
  *
  * The state after a word holds the entries found ending at it (order 1 up to order N-1).
  *
- * Each order k >= 2 has a probing hash table (`hashing.ProbingTable`): 16-byte slots
- * {uint64 key; float prob; float backoff}, four to a cache line, so finding an entry also brings
- * its log-prob and backoff. An order-k entry's key is `(slot of its order-(k-1) prefix) << 32 |
- * last word id` (order 1's "slot" is the word id); its home slot is
- *     mixed = (key * 0x9E3779B97F4A7C15) >> 32        (uint64, wrapping)
- *     home  = (mixed * n_home) >> 32
- * and it lies in the first slot from there holding it, before the first empty slot (key ~0).
- * Probing runs forward and never wraps; the table's last slot is always empty, so a walk always
- * ends inside the array.
+ * Each order k >= 2 has a probing hash table (`_probing.h`, `hashing.ProbingTable`): slots
+ * {uint64 key; float prob; float backoff} (16 bytes; the highest order's 12 bytes hold no
+ * backoff), so finding an entry also brings its log-prob and backoff. An order-k entry's key is
+ * `(slot of its order-(k-1) prefix) << 32 | last word id` (order 1's "slot" is the word id).
  *
  * Every model has every suffix of an entry as an entry (`build.py` fills gaps as KenLM does), so
  * the first miss while extending the chain ends the search: no longer n-gram can match either.
@@ -38,12 +33,10 @@
  * the table shapes that keep every probe inside its array. `Scorer.score` then only
  * checks the per-call inputs (ids in the vocabulary, offsets monotone, output sizes).
  *
- * Next-token distributions (`Scorer.distributions`) also need the CSR arrays of `build.py`'s
- * NgramArrays: per order j < N the children of entry e are entries child_start[j][e] ..
- * child_start[j][e+1] - 1 of order j+1 (their words and log-probs), and per order k >= 2 the
- * table's slot -> entry mapping (`ProbingTable.entry`). They are optional keyword arguments of
- * `Scorer(...)`, checked once there (lengths, monotone offsets, words in the vocabulary, every
- * used slot mapped to an entry), so that filling a distribution reads only inside its arrays.
+ * Next-token distributions (`Scorer.distributions`) look every vocabulary word up after the
+ * context, order by order, as the scoring passes do (KenLM has no other index either): the model
+ * keeps no per-context lists of children, which would cost more bytes per n-gram than the
+ * probing tables themselves.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -51,6 +44,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "_probing.h"
 
 /* Batches of at least this many tokens release the GIL while they are scored. */
 #define RELEASE_GIL_MIN_TOKENS ((Py_ssize_t)1 << 16)
@@ -60,25 +55,6 @@
 
 #define MAX_ORDER 16 /* orders above this are refused; KenLM's default limit is 6 */
 
-static const uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
-static const uint64_t kEmpty = ~0ULL; /* never a key: slot indices stay below 2**32 - 1 */
-
-/* One slot of a probing table; the Python side's `hashing.SLOT_DTYPE` (little-endian). */
-typedef struct {
-    uint64_t key;
-    float prob;
-    float backoff; /* 0 for the highest order */
-} Slot;
-
-_Static_assert(sizeof(Slot) == 16, "a slot is 16 bytes: four per cache line");
-
-/* One order k >= 2: its probing table. */
-typedef struct {
-    const Slot *slots;
-    uint64_t n_home;    /* home slots: [0, n_home); n_home < n_slots */
-    Py_ssize_t n_slots; /* the last one is empty */
-} Order;
-
 typedef struct {
     PyObject_HEAD
     int order;
@@ -87,14 +63,7 @@ typedef struct {
     const double *uni_prob;
     const double *uni_backoff; /* NULL when order == 1 */
     Order orders[MAX_ORDER + 1]; /* orders[k] describes order k (k >= 2) */
-    /* The CSR arrays, for `distributions` (has_csr): child_start[j] for orders j = 1..N-1,
-     * words[k], probs[k] and entry[k] (slot -> entry index) for orders k = 2..N. */
-    int has_csr;
-    const int64_t *child_start[MAX_ORDER + 1];
-    const int32_t *words[MAX_ORDER + 1];
-    const float *probs[MAX_ORDER + 1];
-    const int32_t *entry[MAX_ORDER + 1];
-    Py_buffer views[2 + 5 * MAX_ORDER];
+    Py_buffer views[2 + MAX_ORDER];
     int n_views;
 } ScorerObject;
 
@@ -158,32 +127,6 @@ scorer_view(ScorerObject *self, PyObject *obj, char kind, Py_ssize_t itemsize, P
     return view->buf;
 }
 
-/* ---- the hash lookup ---------------------------------------------------------------------- */
-
-static inline uint64_t
-home_slot(const Order *o, uint64_t key)
-{
-    uint64_t mixed = (key * kMultiplier) >> 32;
-    return (mixed * o->n_home) >> 32; /* < n_home: mixed < 2**32 */
-}
-
-/* The slot holding `key`, probing from `slot` (its home), or -1. Stops at the first empty slot;
- * the table's last slot is empty, so the walk stays inside it. */
-static inline int64_t
-probe(const Order *o, uint64_t key, uint64_t slot)
-{
-    for (;;) {
-        uint64_t got = o->slots[slot].key;
-        if (got == key) {
-            return (int64_t)slot;
-        }
-        if (got == kEmpty) {
-            return -1;
-        }
-        slot++;
-    }
-}
-
 /* ---- Scorer ------------------------------------------------------------------------------- */
 
 /* The first index of an id outside [0, vocab), or -1. */
@@ -237,107 +180,19 @@ check_tuple(PyObject *t, Py_ssize_t n, const char *what)
     return 0;
 }
 
-/* Takes and checks the CSR arrays (`NgramArrays`): every read `distributions` makes is then
- * inside them. Tuples of N-1 arrays each: child_start of orders 1..N-1 (int64), words (int32)
- * and probs (float32) of orders 2..N, entries (int32, one per table slot) of orders 2..N.
- * Returns 0, or -1 with an exception set. */
-static int
-init_csr(ScorerObject *self, PyObject *child_start, PyObject *words, PyObject *probs,
-         PyObject *entries)
-{
-    const int order = self->order;
-    if (check_tuple(child_start, order - 1, "child_start") < 0 ||
-        check_tuple(words, order - 1, "words") < 0 || check_tuple(probs, order - 1, "probs") < 0 ||
-        check_tuple(entries, order - 1, "entries") < 0) {
-        return -1;
-    }
-    /* Orders 2..N: words and probs of equal length, words in the vocabulary. */
-    Py_ssize_t n_entries[MAX_ORDER + 1];
-    n_entries[1] = self->vocab_size;
-    for (int k = 2; k <= order; k++) {
-        Py_ssize_t n_w, n_p;
-        const int32_t *w =
-            scorer_view(self, PyTuple_GET_ITEM(words, k - 2), 'i', 4, &n_w, "words");
-        if (!w) {
-            return -1;
-        }
-        const float *p =
-            scorer_view(self, PyTuple_GET_ITEM(probs, k - 2), 'f', 4, &n_p, "probs");
-        if (!p) {
-            return -1;
-        }
-        if (n_p != n_w) {
-            PyErr_Format(PyExc_ValueError, "order %d: words and probs differ in length", k);
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < n_w; i++) {
-            if (w[i] < 0 || w[i] >= self->vocab_size) {
-                PyErr_Format(PyExc_ValueError, "order %d: words[%zd] is not a vocabulary id", k,
-                             i);
-                return -1;
-            }
-        }
-        self->words[k] = w;
-        self->probs[k] = p;
-        n_entries[k] = n_w;
-    }
-    /* Orders 1..N-1: child_start has one more item than the order has entries, starts at 0,
-     * never decreases and ends at the next order's length. */
-    for (int j = 1; j < order; j++) {
-        Py_ssize_t n;
-        const int64_t *cs =
-            scorer_view(self, PyTuple_GET_ITEM(child_start, j - 1), 'i', 8, &n, "child_start");
-        if (!cs) {
-            return -1;
-        }
-        int ok = n == n_entries[j] + 1 && cs[0] == 0 && cs[n - 1] == n_entries[j + 1];
-        for (Py_ssize_t i = 0; ok && i + 1 < n; i++) {
-            ok = cs[i] <= cs[i + 1];
-        }
-        if (!ok) {
-            PyErr_Format(PyExc_ValueError, "order %d: malformed child_start", j);
-            return -1;
-        }
-        self->child_start[j] = cs;
-    }
-    /* Orders 2..N: one entry per slot; a used slot maps to an entry of its order. */
-    for (int k = 2; k <= order; k++) {
-        Py_ssize_t n;
-        const int32_t *e =
-            scorer_view(self, PyTuple_GET_ITEM(entries, k - 2), 'i', 4, &n, "entries");
-        if (!e) {
-            return -1;
-        }
-        const Order *o = &self->orders[k];
-        int ok = n == o->n_slots;
-        for (Py_ssize_t i = 0; ok && i < n; i++) {
-            ok = o->slots[i].key == kEmpty || (e[i] >= 0 && e[i] < n_entries[k]);
-        }
-        if (!ok) {
-            PyErr_Format(PyExc_ValueError, "order %d: malformed slot -> entry mapping", k);
-            return -1;
-        }
-        self->entry[k] = e;
-    }
-    return 0;
-}
-
 static int
 Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"uni_prob", "uni_backoff", "tables",  "n_home", "bos_id",
-                             "eos_id",   "child_start", "words",   "probs",  "entries",
-                             NULL};
+    static char *kwlist[] = {"uni_prob", "uni_backoff", "tables", "n_home",
+                             "bos_id",   "eos_id",      NULL};
     PyObject *uni_prob, *uni_backoff, *tables, *homes;
-    PyObject *child_start = Py_None, *words = Py_None, *probs = Py_None, *entries = Py_None;
     int bos_id, eos_id;
     if (self->n_views) {
         PyErr_SetString(PyExc_RuntimeError, "Scorer is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii|$OOOO", kwlist, &uni_prob,
-                                     &uni_backoff, &tables, &homes, &bos_id, &eos_id,
-                                     &child_start, &words, &probs, &entries)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii", kwlist, &uni_prob, &uni_backoff,
+                                     &tables, &homes, &bos_id, &eos_id)) {
         return -1;
     }
     if (!PyTuple_Check(tables)) {
@@ -381,9 +236,9 @@ Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
     }
     for (Py_ssize_t k = 2; k <= order; k++) {
         Order *o = &self->orders[k];
-        Py_ssize_t n_words;
-        const uint64_t *raw =
-            scorer_view(self, PyTuple_GET_ITEM(tables, k - 2), 'u', 8, &n_words, "tables");
+        Py_ssize_t n_bytes;
+        const unsigned char *raw =
+            scorer_view(self, PyTuple_GET_ITEM(tables, k - 2), 'u', 1, &n_bytes, "tables");
         if (!raw) {
             return -1;
         }
@@ -393,31 +248,18 @@ Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
         }
         /* The shape that keeps every probe in bounds: home slots below n_home < n_slots, the
          * last slot empty, and slot indices (the next order's key prefixes) below 2**32 - 1. */
-        o->slots = (const Slot *)raw;
-        o->n_slots = n_words / 2;
-        if (n_words % 2 || o->n_slots < 2 || (uint64_t)o->n_slots >= kEmpty >> 32 ||
-            n_home < 1 || n_home >= (unsigned long long)o->n_slots ||
-            o->slots[o->n_slots - 1].key != kEmpty) {
+        o->slots = raw;
+        o->stride = k == order ? FINAL_SLOT_BYTES : CONTEXT_SLOT_BYTES;
+        o->n_slots = (int64_t)(n_bytes / (Py_ssize_t)o->stride);
+        if (n_bytes % (Py_ssize_t)o->stride || o->n_slots < 2 ||
+            (uint64_t)o->n_slots >= kEmpty >> 32 || n_home < 1 ||
+            n_home >= (unsigned long long)o->n_slots ||
+            slot_key(o, (uint64_t)o->n_slots - 1) != kEmpty) {
             PyErr_Format(PyExc_ValueError, "order %zd: malformed probing table", k);
             return -1;
         }
         o->n_home = (uint64_t)n_home;
     }
-    self->has_csr = 0;
-    int n_csr = (child_start != Py_None) + (words != Py_None) + (probs != Py_None) +
-                (entries != Py_None);
-    if (n_csr == 0) {
-        return 0;
-    }
-    if (n_csr != 4) {
-        PyErr_SetString(PyExc_TypeError,
-                        "give all of child_start, words, probs and entries, or none");
-        return -1;
-    }
-    if (init_csr(self, child_start, words, probs, entries) < 0) {
-        return -1;
-    }
-    self->has_csr = 1;
     return 0;
 }
 
@@ -495,18 +337,18 @@ find_order(const ScorerObject *s, Scratch *sc, int k, Py_ssize_t n_pos)
         n++;
     }
     for (Py_ssize_t i = 0; i < n && i < PREFETCH_AHEAD; i++) {
-        __builtin_prefetch(&o->slots[sc->home[i]]);
+        __builtin_prefetch(slot_address(o, sc->home[i]));
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + PREFETCH_AHEAD < n) {
-            __builtin_prefetch(&o->slots[sc->home[i + PREFETCH_AHEAD]]);
+            __builtin_prefetch(slot_address(o, sc->home[i + PREFETCH_AHEAD]));
         }
         const int64_t slot = probe(o, sc->key[i], sc->home[i]);
         if (slot >= 0) {
             const uint32_t p = sc->pos[i];
             out[p] = (uint32_t)slot;
-            prob[p] = o->slots[slot].prob;
-            backoff[p] = o->slots[slot].backoff;
+            prob[p] = slot_prob(o, (uint64_t)slot);
+            backoff[p] = slot_backoff(o, (uint64_t)slot);
         }
     }
 }
@@ -718,11 +560,15 @@ context_window(const ScorerObject *s, const int32_t *ctx, Py_ssize_t n, int bos,
 }
 
 /* log P(w | window) for every w into `row` (float32[V]), as `NgramModel.next_token_log_probs`:
- * the unigram log-prob plus the backoffs of every context entry, then the children of each
- * context entry, shortest first, overwritten with their log-prob plus the backoffs of the
- * longer context entries (the longest context writes last and wins). Sums in float64. */
+ * the unigram log-prob plus the backoffs of every context entry; then, order by order, the
+ * words w for which the context entry of length j is followed by w (an order-(j+1) entry),
+ * written with that entry's log-prob plus the backoffs of the longer context entries. Every
+ * suffix of an entry is an entry, so only the words found after the length-j context are looked
+ * up after the length-(j+1) one; the longest match writes last. `word` and `home` are scratch of
+ * V items. Sums in float64. */
 static void
-distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float *row)
+distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float *row,
+                 uint32_t *word, uint64_t *home)
 {
     const int n_keep = s->order - 1;
     /* found[0]: the word; found[j-1] for j >= 2: the slot of the order-j entry ending here. */
@@ -745,18 +591,14 @@ distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float
         memcpy(found, now, (size_t)n_now * sizeof(uint32_t));
         n_found = n_now;
     }
-    /* The context entries (CSR indices) and their backoffs, by order 1..n_found. */
-    int64_t entry[MAX_ORDER];
+    if (n_keep == 0) {
+        n_found = 0; /* a unigram model keeps no context */
+    }
+    /* The context entries' backoffs, by order 1..n_found. */
     double backoff[MAX_ORDER];
     double total = 0.0;
     for (int j = 0; j < n_found; j++) {
-        if (j == 0) {
-            entry[0] = found[0];
-            backoff[0] = s->uni_backoff[found[0]];
-        } else {
-            entry[j] = s->entry[j + 1][found[j]];
-            backoff[j] = s->orders[j + 1].slots[found[j]].backoff;
-        }
+        backoff[j] = j == 0 ? s->uni_backoff[found[0]] : slot_backoff(&s->orders[j + 1], found[j]);
         total += backoff[j];
     }
     /* Locals: with -fno-strict-aliasing a store to `row` could change `s->vocab_size`, and
@@ -766,18 +608,37 @@ distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float
     for (Py_ssize_t w = 0; w < v; w++) {
         row[w] = (float)(uni[w] + total);
     }
-    for (int j = 0; j < n_found; j++) {
-        /* Children of the order-(j+1) entry: order j+2. */
-        const int64_t lo = s->child_start[j + 1][entry[j]], hi = s->child_start[j + 1][entry[j] + 1];
+    Py_ssize_t n_words = v;
+    for (Py_ssize_t w = 0; w < v; w++) {
+        word[w] = (uint32_t)w;
+    }
+    for (int j = 0; j < n_found && n_words > 0; j++) {
+        /* After the context entry of order j+1: order j+2. */
+        const Order *o = &s->orders[j + 2];
+        const uint64_t prefix = (uint64_t)found[j] << 32;
         double longer = 0.0;
         for (int i = j + 1; i < n_found; i++) {
             longer += backoff[i];
         }
-        const int32_t *words = s->words[j + 2];
-        const float *probs = s->probs[j + 2];
-        for (int64_t c = lo; c < hi; c++) {
-            row[words[c]] = (float)((double)probs[c] + longer);
+        for (Py_ssize_t i = 0; i < n_words; i++) {
+            home[i] = home_slot(o, prefix | word[i]);
         }
+        for (Py_ssize_t i = 0; i < n_words && i < PREFETCH_AHEAD; i++) {
+            __builtin_prefetch(slot_address(o, home[i]));
+        }
+        Py_ssize_t n_next = 0;
+        for (Py_ssize_t i = 0; i < n_words; i++) {
+            if (i + PREFETCH_AHEAD < n_words) {
+                __builtin_prefetch(slot_address(o, home[i + PREFETCH_AHEAD]));
+            }
+            const uint32_t w = word[i];
+            const int64_t slot = probe(o, prefix | w, home[i]);
+            if (slot >= 0) {
+                row[w] = (float)((double)slot_prob(o, (uint64_t)slot) + longer);
+                word[n_next++] = w;
+            }
+        }
+        n_words = n_next;
     }
 }
 
@@ -790,10 +651,12 @@ typedef struct {
     int *lengths;      /* [n_rows] */
     Py_ssize_t *table; /* [mask + 1]: a filled row, or -1 */
     uint64_t mask;
+    uint32_t *word; /* [V]: `distribution_row`'s scratch */
+    uint64_t *home; /* [V] */
 } Dedup;
 
 static int
-dedup_alloc(Dedup *d, Py_ssize_t n_rows)
+dedup_alloc(Dedup *d, Py_ssize_t n_rows, Py_ssize_t vocab)
 {
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)n_rows) {
@@ -803,7 +666,9 @@ dedup_alloc(Dedup *d, Py_ssize_t n_rows)
     d->windows = PyMem_Malloc((size_t)n_rows * MAX_ORDER * sizeof(uint32_t) + 1);
     d->lengths = PyMem_Malloc((size_t)n_rows * sizeof(int) + 1);
     d->table = PyMem_Malloc((size_t)cap * sizeof(Py_ssize_t));
-    if (!d->windows || !d->lengths || !d->table) {
+    d->word = PyMem_Malloc((size_t)vocab * sizeof(uint32_t) + 1);
+    d->home = PyMem_Malloc((size_t)vocab * sizeof(uint64_t) + 1);
+    if (!d->windows || !d->lengths || !d->table || !d->word || !d->home) {
         PyErr_NoMemory();
         return -1;
     }
@@ -817,6 +682,8 @@ dedup_free(Dedup *d)
     PyMem_Free(d->windows);
     PyMem_Free(d->lengths);
     PyMem_Free(d->table);
+    PyMem_Free(d->word);
+    PyMem_Free(d->home);
 }
 
 /* Rows [0, n_rows) of a validated batch into `out` [n_rows, V]. */
@@ -848,7 +715,7 @@ distributions_batch(const ScorerObject *s, const int32_t *id, const int64_t *off
             memcpy(row, out + same * v, (size_t)v * sizeof(float));
         } else {
             d->table[at] = b;
-            distribution_row(s, window, n_win, row);
+            distribution_row(s, window, n_win, row, d->word, d->home);
         }
     }
 }
@@ -894,12 +761,6 @@ Scorer_distributions(ScorerObject *self, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "Scorer is not initialised");
         return NULL;
     }
-    if (!self->has_csr) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "distributions need the CSR arrays: Scorer(..., child_start=, words=, "
-                        "probs=, entries=)");
-        return NULL;
-    }
     Py_buffer ids = {0}, offsets = {0}, out = {0};
     PyObject *result = NULL;
     if (get_view(ids_obj, &ids, 'i', 4, "ids") < 0) {
@@ -924,7 +785,7 @@ Scorer_distributions(ScorerObject *self, PyObject *args)
         goto done;
     }
     Dedup dedup = {0};
-    if (dedup_alloc(&dedup, n_rows) < 0) {
+    if (dedup_alloc(&dedup, n_rows, self->vocab_size) < 0) {
         dedup_free(&dedup);
         goto done;
     }
@@ -965,8 +826,7 @@ static PyMethodDef Scorer_methods[] = {
      "distributions(ids, offsets, bos, out)\n--\n\n"
      "Fills `out` (float32 [contexts, vocabulary], C-contiguous) with log P(w | [<s>] context)\n"
      "in nats for every word w, one row per context (int32 ids, int64 offsets), as\n"
-     "NgramModel.next_token_log_probs. Needs the Scorer's CSR arrays. The GIL is released\n"
-     "for large outputs."},
+     "NgramModel.next_token_log_probs. The GIL is released for large outputs."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -978,13 +838,11 @@ static PyGetSetDef Scorer_getset[] = {
 static PyTypeObject ScorerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "lmserve.server.backends.ngram._kernel.Scorer",
-    .tp_doc = PyDoc_STR("Scorer(uni_prob, uni_backoff, tables, n_home, bos_id, eos_id, *,\n"
-                        "       child_start=None, words=None, probs=None, entries=None)\n--\n\n"
+    .tp_doc = PyDoc_STR("Scorer(uni_prob, uni_backoff, tables, n_home, bos_id, eos_id)\n--\n\n"
                         "One model's arrays, held for scoring: float64 unigram log-probs and\n"
-                        "backoffs, and per order 2..N a probing table (uint64 pairs) and its\n"
-                        "number of home slots. `distributions` also needs the CSR arrays:\n"
-                        "child_start (int64, orders 1..N-1), words (int32) and probs (float32)\n"
-                        "of orders 2..N, and entries (int32 slot -> entry, orders 2..N)."),
+                        "backoffs, and per order 2..N a probing table (its slots as uint8\n"
+                        "bytes: 16 per slot, 12 for the highest order) and its number of home\n"
+                        "slots."),
     .tp_basicsize = sizeof(ScorerObject),
     .tp_itemsize = 0,
     .tp_flags = Py_TPFLAGS_DEFAULT,

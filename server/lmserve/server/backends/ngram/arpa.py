@@ -100,40 +100,16 @@ def parse_arpa_stream(
     progress: Progress | None = None,
     block_bytes: int = BLOCK_BYTES,
 ) -> ArpaModel:
-    def fail(line: int, reason: str, got: bytes | None = None) -> ArpaFormatError:
-        # What the line holds goes to the log only (`detail`), never to clients.
-        detail = "" if got is None else f"got {got[:80]!r}"
-        return ArpaFormatError(name, f"line {line}: {reason}", detail)
-
+    fail = failing(name)
     lines = LineBlocks(stream, block_bytes)
-    # Header: anything before \data\ is ignored (SRILM may write comments there).
-    while (text := lines.line()) is not None and text != b"\\data\\":
-        pass
-    if text is None:
-        raise fail(1, f"no \\data\\ section in {lines.line_no} lines")
-    counts: list[int] = []
-    while (text := lines.line()) is not None and not text.startswith(b"\\"):
-        if not text:
-            continue
-        m = _COUNT_LINE.match(text)
-        if m is None:
-            raise fail(lines.line_no, "expected 'ngram N=count'", text)
-        if int(m.group(1)) != len(counts) + 1:
-            raise fail(lines.line_no, f"expected the count of order {len(counts) + 1}")
-        counts.append(int(m.group(2)))
-    if not counts:
-        raise fail(lines.line_no, "\\data\\ declares no n-gram counts")
-    if counts[0] == 0:
-        raise fail(lines.line_no, "the model has no unigrams")
-
+    counts, text = read_counts(lines, fail)
     vocab: list[str] = []
     index: dict[bytes, int] = {}
     words: WordIds | None = None  # once the unigrams are read
     orders: list[ArpaOrder] = []
     total, done = sum(counts), 0
     for n, count in enumerate(counts, start=1):
-        if text is None or _SECTION_LINE.match(text) is None or int(text[1:-7]) != n:
-            raise fail(lines.line_no, f"expected \\{n}-grams:", text or b"end of file")
+        expect_section(lines, text, n, fail)
         order = ArpaOrder(
             words=np.empty((count, n), dtype=np.int32),
             log10_prob=np.empty(count, dtype=np.float64),
@@ -159,18 +135,73 @@ def parse_arpa_stream(
             )
             if progress is not None:
                 progress(done + filled, total)
-        if filled != count:
-            raise fail(  # the section's last line
-                lines.line_no, f"\\data\\ declares {count} {n}-grams, the section has {filled}"
-            )
+        text = end_section(lines, n, count, filled, fail)
         orders.append(order)
         done += count
+    expect_end(lines, text, fail)
+    return ArpaModel(vocab=vocab, orders=orders, counts=counts)
+
+
+# Makes the error for a line: (line number, reason, what the line holds or None).
+Fail = Callable[[int, str, bytes | None], ArpaFormatError]
+
+
+def failing(name: str) -> Fail:
+    """The error maker for file `name`: what a line holds goes to the log only (`detail`),
+    never to clients."""
+
+    def fail(line: int, reason: str, got: bytes | None = None) -> ArpaFormatError:
+        detail = "" if got is None else f"got {got[:80]!r}"
+        return ArpaFormatError(name, f"line {line}: {reason}", detail)
+
+    return fail
+
+
+def read_counts(lines: LineBlocks, fail: Fail) -> tuple[list[int], bytes | None]:
+    """The `\\data\\` section's counts, orders 1..N, and the line after them."""
+    # Header: anything before \data\ is ignored (SRILM may write comments there).
+    while (text := lines.line()) is not None and text != b"\\data\\":
+        pass
+    if text is None:
+        raise fail(1, f"no \\data\\ section in {lines.line_no} lines", None)
+    counts: list[int] = []
+    while (text := lines.line()) is not None and not text.startswith(b"\\"):
+        if not text:
+            continue
+        m = _COUNT_LINE.match(text)
+        if m is None:
+            raise fail(lines.line_no, "expected 'ngram N=count'", text)
+        if int(m.group(1)) != len(counts) + 1:
+            raise fail(lines.line_no, f"expected the count of order {len(counts) + 1}", None)
+        counts.append(int(m.group(2)))
+    if not counts:
+        raise fail(lines.line_no, "\\data\\ declares no n-gram counts", None)
+    if counts[0] == 0:
+        raise fail(lines.line_no, "the model has no unigrams", None)
+    return counts, text
+
+
+def expect_section(lines: LineBlocks, text: bytes | None, n: int, fail: Fail) -> None:
+    """Raises unless `text` is the `\\n-grams:` line."""
+    if text is None or _SECTION_LINE.match(text) is None or int(text[1:-7]) != n:
+        raise fail(lines.line_no, f"expected \\{n}-grams:", text or b"end of file")
+
+
+def end_section(lines: LineBlocks, n: int, count: int, filled: int, fail: Fail) -> bytes | None:
+    """Checks the section held its declared count; returns the next non-blank line."""
+    if filled != count:
+        raise fail(  # the section's last line
+            lines.line_no, f"\\data\\ declares {count} {n}-grams, the section has {filled}", None
+        )
+    text = lines.line()
+    while text == b"" and text is not None:
         text = lines.line()
-        while text == b"" and text is not None:
-            text = lines.line()
+    return text
+
+
+def expect_end(lines: LineBlocks, text: bytes | None, fail: Fail) -> None:
     if text != b"\\end\\":
         raise fail(lines.line_no, "expected \\end\\", text or b"end of file")
-    return ArpaModel(vocab=vocab, orders=orders, counts=counts)
 
 
 def _parse_section(

@@ -4,20 +4,20 @@ Like KenLM's binary format (`lm/binary_format.cc`) it is the in-memory layout wr
 so loading is an `mmap` plus a header check, a few milliseconds for any size of model.
 
     offset 0   magic b"LMSNGRAM", u32 version, u32 header length, u32 crc32 of the header, u32 0
-    offset 24  the header: UTF-8 JSON {order, counts, n_home, file_size, arrays: [{name, dtype,
-               shape, offset, nbytes, crc32}]}
+    offset 24  the header: UTF-8 JSON {order, counts, fill_ins, n_home, file_size, arrays: [{name,
+               dtype, shape, offset, nbytes, crc32}]}
     then       each array, little-endian, starting at a multiple of 64 bytes
 
-Arrays: `vocab` (the words, UTF-8, joined by newlines: ARPA words never hold whitespace),
-`prob.k`, `word.k`, and for k < N `backoff.k`, `child.k`; for k >= 2 the scoring table `table.k`
-(16-byte slots `{u64 key, f32 prob, f32 backoff}` stored as u64 pairs) with `n_home[k-1]` home
-slots, and `entry.k` (slot -> entry index); see `hashing.ProbingTable`. Per-array crc32s are
-checked only when asked (`verify=True`): the registry already checks the file's sha256 against
-the manifest.
+Arrays (`tables.NgramTables`): `vocab` (the words, UTF-8, joined by newlines: ARPA words never
+hold whitespace), `uni_prob` and `uni_backoff` (float32 by word id), and for each order k >= 2
+its probing table `table.k`, the slots as bytes (16 per slot, 12 in the highest order; see
+`hashing.ProbingTable`) with `n_home[k-1]` home slots. Per-array crc32s are checked only when
+asked (`verify=True`): the registry already checks the file's sha256 against the manifest.
 
-Versions: 1 held bucketed hash tables (`slot_key.k`, `slot_val.k`, `bucket.k`); 2 holds the
-probing tables. An older file is refused with `BinaryVersionError` (which says both versions);
-`NgramModel.load(..., arpa_fallback=...)` then compiles the model's ARPA copy instead.
+Versions: 1 held bucketed hash tables; 2 held the probing tables beside per-order sorted arrays
+(46 bytes per n-gram); 3 holds the probing tables alone (at most 24). An older file is refused
+with `BinaryVersionError` (which says both versions); `NgramModel.load(..., arpa_fallback=...)`
+then compiles the model's ARPA copy instead.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.backends.ngram.build import NgramArrays
-from lmserve.server.backends.ngram.hashing import SLOT_DTYPE, ProbingTable
+from lmserve.server.backends.ngram.hashing import ProbingTable, slot_dtype
+from lmserve.server.backends.ngram.tables import NgramTables
 from lmserve.server.errors import ModelLoadError
 
 MAGIC = b"LMSNGRAM"
-VERSION = 2
+VERSION = 3
 
 
 class BinaryVersionError(ModelLoadError):
@@ -57,19 +57,14 @@ _FIXED = struct.Struct("<8sIII4x")
 _ALIGN = 64
 
 
-def _named_arrays(a: NgramArrays) -> list[tuple[str, np.ndarray[Any, Any]]]:
-    vocab = np.frombuffer("\n".join(a.vocab).encode("utf-8"), dtype=np.uint8)
-    out: list[tuple[str, np.ndarray[Any, Any]]] = [("vocab", vocab)]
-    for k in range(1, a.order + 1):
-        out.append((f"prob.{k}", a.probs[k - 1]))
-        out.append((f"word.{k}", a.words[k - 1]))
-        if k < a.order:
-            out.append((f"backoff.{k}", a.backoffs[k - 1]))
-            out.append((f"child.{k}", a.child_start[k - 1]))
-        if k >= 2:
-            table = a.tables[k - 2]
-            out.append((f"table.{k}", table.words))
-            out.append((f"entry.{k}", table.entry))
+def _named_arrays(t: NgramTables) -> list[tuple[str, np.ndarray[Any, Any]]]:
+    vocab = np.frombuffer("\n".join(t.vocab).encode("utf-8"), dtype=np.uint8)
+    out: list[tuple[str, np.ndarray[Any, Any]]] = [
+        ("vocab", vocab),
+        ("uni_prob", t.uni_prob),
+        ("uni_backoff", t.uni_backoff),
+    ]
+    out += [(f"table.{k}", table.raw) for k, table in enumerate(t.tables, start=2)]
     return out
 
 
@@ -77,21 +72,24 @@ def _align(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def save_arrays(a: NgramArrays, path: Path) -> None:
-    """Writes the arrays and their header (see the module docstring)."""
-    named = _named_arrays(a)
+def save_tables(t: NgramTables, path: Path) -> None:
+    """Writes the arrays and their header (see the module docstring), each array straight from
+    its memory: no copy of a table is made on the way to the file."""
+    named = _named_arrays(t)
     entries: list[dict[str, Any]] = []
     header: dict[str, Any] = {
-        "order": a.order,
-        "counts": a.counts,
-        "n_home": [0] + [t.n_home for t in a.tables],
+        "order": t.order,
+        "counts": t.counts,
+        "fill_ins": t.fill_ins,
+        "n_home": [0] + [table.n_home for table in t.tables],
         "arrays": entries,
     }
     # The header's length depends on the offsets in it: lay out with a generous fixed budget.
     budget = _align(_FIXED.size + 512 + 160 * len(named))
     offset = budget
     for name, arr in named:
-        arr = np.ascontiguousarray(arr)
+        if not arr.flags.c_contiguous or arr.dtype.byteorder == ">":
+            raise AssertionError(f"array {name} is not a little-endian contiguous array")
         entries.append(
             {
                 "name": name,
@@ -99,7 +97,7 @@ def save_arrays(a: NgramArrays, path: Path) -> None:
                 "shape": list(arr.shape),
                 "offset": offset,
                 "nbytes": arr.nbytes,
-                "crc32": zlib.crc32(arr.data.cast("B")),
+                "crc32": zlib.crc32(arr.view(np.uint8).data),
             }
         )
         offset = _align(offset + arr.nbytes)
@@ -112,11 +110,11 @@ def save_arrays(a: NgramArrays, path: Path) -> None:
         f.write(blob)
         for (_, arr), entry in zip(named, entries, strict=True):
             f.seek(entry["offset"])
-            f.write(np.ascontiguousarray(arr).astype(entry["dtype"], copy=False).tobytes())
+            f.write(arr.view(np.uint8).data)
         f.truncate(offset)
 
 
-def load_arrays(path: Path, *, verify: bool = False) -> NgramArrays:
+def load_tables(path: Path, *, verify: bool = False) -> NgramTables:
     """Memory-maps a `.lmbin` file; ModelLoadError if it is truncated, corrupt or not ours."""
     where = str(path)
     try:
@@ -154,51 +152,40 @@ def _view(buf: mmap.mmap, entry: dict[str, Any], where: str, verify: bool) -> np
     dtype = np.dtype(entry["dtype"])
     shape = tuple(int(s) for s in entry["shape"])
     arr = np.frombuffer(buf, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
-    if verify and zlib.crc32(arr.data.cast("B")) != entry["crc32"]:
+    if verify and zlib.crc32(arr.view(np.uint8).data) != entry["crc32"]:
         raise ModelLoadError(where, f"array {entry['name']} is corrupt (crc32 mismatch)")
     return arr.reshape(shape)
 
 
 def _assemble(
     header: dict[str, Any], arrays: dict[str, npt.NDArray[Any]], where: str
-) -> NgramArrays:
+) -> NgramTables:
     order = int(header["order"])
     counts = [int(c) for c in header["counts"]]
     if order < 1 or len(counts) != order:
         raise ModelLoadError(where, f"order {order} does not match {len(counts)} counts")
     vocab = bytes(arrays["vocab"]).decode("utf-8").split("\n")
-    probs = [arrays[f"prob.{k}"] for k in range(1, order + 1)]
-    words = [arrays[f"word.{k}"] for k in range(1, order + 1)]
-    backoffs = [arrays[f"backoff.{k}"] for k in range(1, order)]
-    child = [arrays[f"child.{k}"] for k in range(1, order)]
+    uni_prob, uni_backoff = arrays["uni_prob"], arrays["uni_backoff"]
+    if uni_prob.dtype != np.float32 or uni_backoff.dtype != np.float32:
+        raise ModelLoadError(where, "the unigram arrays are not float32")
+    # Cheap consistency checks, so that a damaged file fails here and not inside a lookup.
+    if len(uni_prob) != len(vocab) or len(uni_backoff) != len(vocab):
+        raise ModelLoadError(where, "vocabulary and unigram arrays differ in length")
     tables: list[ProbingTable] = []
     for k in range(2, order + 1):
         raw = arrays[f"table.{k}"]
-        if raw.dtype != np.uint64 or raw.ndim != 1 or len(raw) % 2:
+        dtype = slot_dtype(k == order)
+        if raw.dtype != np.uint8 or raw.ndim != 1 or len(raw) % dtype.itemsize:
             raise ModelLoadError(where, f"order {k} scoring table is malformed")
-        tables.append(
-            ProbingTable(raw.view(SLOT_DTYPE), arrays[f"entry.{k}"], int(header["n_home"][k - 1]))
-        )
-    # Cheap consistency checks, so that a damaged file fails here and not inside a lookup.
-    if len(probs[0]) != len(vocab):
-        raise ModelLoadError(where, "vocabulary and unigram table differ in length")
-    for k in range(1, order):
-        n_here, n_next = len(probs[k - 1]), len(probs[k])
-        if len(backoffs[k - 1]) != n_here or len(child[k - 1]) != n_here + 1:
-            raise ModelLoadError(where, f"order {k} arrays differ in length")
-        if int(child[k - 1][0]) != 0 or int(child[k - 1][-1]) != n_next:
-            raise ModelLoadError(where, f"order {k} child offsets are inconsistent")
-    for k in range(2, order + 1):
-        if len(words[k - 1]) != len(probs[k - 1]):
-            raise ModelLoadError(where, f"order {k} arrays differ in length")
-        if len(tables[k - 2].slots) <= len(probs[k - 1]):
-            raise ModelLoadError(where, f"order {k} scoring table is inconsistent")
-    return NgramArrays(
+        try:
+            tables.append(ProbingTable(raw.view(dtype), int(header["n_home"][k - 1])))
+        except ValueError as exc:
+            raise ModelLoadError(where, f"order {k} scoring table is malformed", f"{exc}") from exc
+    return NgramTables(
         vocab=vocab,
         counts=counts,
-        probs=probs,
-        backoffs=backoffs,
-        words=words,
-        child_start=child,
+        uni_prob=uni_prob,
+        uni_backoff=uni_backoff,
         tables=tables,
+        fill_ins=[int(n) for n in header.get("fill_ins", [0] * order)],
     )

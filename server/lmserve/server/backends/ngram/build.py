@@ -1,10 +1,11 @@
-"""Turns a parsed ARPA model into the arrays the engine scores with (`NgramArrays`).
+"""Turns a parsed ARPA model into the tables the engine scores with (`NgramTables`), in numpy.
 
-Per order k the entries are sorted by (prefix index, last word): the children of a context are
-contiguous (CSR, `child_start`), which makes a whole next-word distribution a few slice writes.
-While building, each entry's exact key `prefix << 32 | word` goes into a bucketed hash table
-(`HashTable`) to find prefixes and suffixes; the finished model scores with one probing table per
-order (`ProbingTable`: key, prob and backoff in one 16-byte slot, keyed by the prefix's slot).
+This is the reference build and the fallback of the streaming C importer (`arpa_import.py`): it
+holds the whole parsed file in memory. Per order k the entries are sorted by (prefix index, last
+word), so the children of a context are contiguous (CSR, `child_start`). While building, each
+entry's exact key `prefix << 32 | word` goes into a bucketed hash table (`HashTable`) to find
+prefixes and suffixes; the finished model is one probing table per order (`ProbingTable`: key,
+prob and backoff in one slot, keyed by the prefix's slot).
 
 ARPA files from pruned SRILM models can lack lower-order entries that KenLM relies on. KenLM
 fills them in while loading (`lm/search_hashed.cc`, `FixSRI`: a missing suffix of an n-gram
@@ -18,50 +19,23 @@ matching n-gram" coincide, as KenLM's lookup loop assumes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.ngram.arpa import ArpaModel
-from lmserve.server.backends.ngram.hashing import (
-    HashTable,
-    ProbingTable,
-    build_probing_tables,
-    make_keys,
-)
+from lmserve.server.backends.ngram.hashing import HashTable, build_probing_tables, make_keys
+from lmserve.server.backends.ngram.tables import BOS, EOS, UNK, NgramTables
 from lmserve.server.errors import ArpaFormatError
 
 LN10 = math.log(10.0)
 # KenLM scores a word at log10 -100 when the model has no <unk> (`lm/model.cc`).
 MISSING_UNK_LOG10 = -100.0
-UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 
 F32 = npt.NDArray[np.float32]
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
-
-
-@dataclass
-class NgramArrays:
-    """Everything a model needs, as flat arrays (natural logs, float32).
-
-    Order k is at list position k-1. `words[0]` is `arange(V)` (unigram index == word id);
-    `child_start[k-1]` has len(order k)+1 entries for k < N. `tables[k-2]` is order k's
-    scoring table (`hashing.ProbingTable`, k >= 2), keyed by the prefix's slot in order k-1's.
-    """
-
-    vocab: list[str]
-    counts: list[int]  # the ARPA \data\ counts (without fill-in entries)
-    probs: list[F32]
-    backoffs: list[F32]  # orders 1..N-1
-    words: list[I32]
-    child_start: list[I64]  # orders 1..N-1
-    tables: list[ProbingTable] = field(default_factory=list)
-
-    @property
-    def order(self) -> int:
-        return len(self.probs)
 
 
 @dataclass
@@ -85,8 +59,8 @@ class _Rows:
         self.log10_prob, self.log10_backoff = self.log10_prob[perm], self.log10_backoff[perm]
 
 
-def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
-    """Builds sorted, hashed, gap-filled arrays from an ARPA model (see the module docstring).
+def build_tables(arpa: ArpaModel, name: str = "<arpa>") -> NgramTables:
+    """Builds gap-filled probing tables from an ARPA model (see the module docstring).
 
     It takes the model's arrays over (`arpa.orders` is emptied): the sorted copies replace
     them, and nothing holds the file order's arrays beside them (the peak of an import)."""
@@ -172,21 +146,24 @@ def build_arrays(arpa: ArpaModel, name: str = "<arpa>") -> NgramArrays:
         child_start.append(starts)
     del parents
     probs, backoffs, words = [], [], []
+    fill_ins = []
     while rows:  # each order's build rows go as its final arrays are made
         r = rows.pop(0)
         probs.append((r.log10_prob * LN10).astype(np.float32))
         if rows:  # not the highest order
             backoffs.append((r.log10_backoff * LN10).astype(np.float32))
         words.append(r.words[:, -1].astype(np.int32))
+        fill_ins.append(int(np.count_nonzero(r.lines < 0)))
         del r
-    return NgramArrays(
+    fill_ins[0] = 0  # an appended <unk> is not a fill-in
+    probing = build_probing_tables(probs, backoffs, words, child_start)
+    return NgramTables(
         vocab=vocab,
         counts=list(arpa.counts),
-        probs=probs,
-        backoffs=backoffs,
-        words=words,
-        child_start=child_start,
-        tables=build_probing_tables(probs, backoffs, words, child_start),
+        uni_prob=probs[0],
+        uni_backoff=backoffs[0] if backoffs else np.zeros(len(vocab), dtype=np.float32),
+        tables=probing,
+        fill_ins=fill_ins,
     )
 
 

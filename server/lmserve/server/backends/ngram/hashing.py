@@ -105,11 +105,20 @@ class HashTable:
 
 # -- the scoring table ---------------------------------------------------------------------------
 
-# One slot: the exact key, then the entry's log-prob and backoff (natural logs). 16 bytes, so
-# four slots share a 64-byte cache line and a lookup's key, prob and backoff arrive together.
+# A context order's slot (orders 2..N-1): the exact key, then the entry's log-prob and backoff
+# (natural logs). 16 bytes, so four slots share a 64-byte cache line and a lookup's key, prob
+# and backoff arrive together.
 SLOT_DTYPE = np.dtype([("key", "<u8"), ("prob", "<f4"), ("backoff", "<f4")])
-# Slots per entry: load factor 1/1.5, KenLM's default `probing_multiplier`.
+# The highest order's slot: no backoff to keep, 12 bytes (packed: the key is not 8-aligned).
+FINAL_SLOT_DTYPE = np.dtype([("key", "<u8"), ("prob", "<f4")])
+# Slots per entry: load factor 1/1.5, KenLM's default `probing_multiplier`; so 24 bytes per
+# context n-gram and 18 per highest-order one, KenLM's probing footprint.
 SLOTS_PER_KEY = 1.5
+
+
+def slot_dtype(final: bool) -> np.dtype[np.void]:
+    """The slot layout of an order: the highest order's (`final`) keeps no backoff."""
+    return FINAL_SLOT_DTYPE if final else SLOT_DTYPE
 
 
 def home_slot(key: int, n_home: int) -> int:
@@ -125,28 +134,33 @@ def home_slots(keys: U64, n_home: int) -> I64:
 
 
 class ProbingTable:
-    """Open addressing with linear probing over 16-byte slots `{key, prob, backoff}`.
+    """Open addressing with linear probing over slots `{key, prob[, backoff]}`.
 
     The table KenLM scores with (`lm/search_hashed.cc`, "probing"), holding exact keys: a key's
     home slot is `home_slots(key, n_home)` and its entry is in the first slot from there whose
     key is the key, before the first empty slot (key `EMPTY`). Probing runs forward only, never
     wrapping: slots past `n_home` are overflow, and the last slot is always empty, so every walk
-    ends inside the array.
-
-    `entry[slot]` is the slot's index in the order's CSR arrays (`NgramArrays`), -1 if empty.
-    The scoring loop never reads it; `next_token_log_probs` and the numpy path's per-entry
-    arrays do.
+    ends inside the array. The C side is `_probing.h`.
     """
 
-    __slots__ = ("slots", "entry", "n_home", "_keys")
+    __slots__ = ("slots", "n_home", "_keys")
 
-    def __init__(self, slots: npt.NDArray[np.void], entry: I32, n_home: int) -> None:
-        if slots.dtype != SLOT_DTYPE or slots.ndim != 1 or len(entry) != len(slots):
+    def __init__(self, slots: npt.NDArray[np.void], n_home: int) -> None:
+        if slots.dtype not in (SLOT_DTYPE, FINAL_SLOT_DTYPE) or slots.ndim != 1:
             raise ValueError("malformed probing table")
         if not 1 <= n_home < len(slots) or slots["key"][-1] != EMPTY:
             raise ValueError("probing table: the last slot must be empty, after the home slots")
-        self.slots, self.entry, self.n_home = slots, entry, n_home
+        self.slots, self.n_home = slots, n_home
         self._keys: U64 = slots["key"]  # a strided view, made once
+
+    @property
+    def final(self) -> bool:
+        """Whether this is the highest order's table (slots without backoff)."""
+        return self.slots.dtype == FINAL_SLOT_DTYPE
+
+    @property
+    def n_entries(self) -> int:
+        return int(np.count_nonzero(self._keys != EMPTY))
 
     @classmethod
     def build(
@@ -155,8 +169,9 @@ class ProbingTable:
         probs: npt.NDArray[np.float32],
         backoffs: npt.NDArray[np.float32] | None,
         slots_per_key: float = SLOTS_PER_KEY,
-    ) -> ProbingTable:
-        """Places distinct `keys` (entry i has key `keys[i]`), vectorised.
+    ) -> tuple[ProbingTable, I64]:
+        """Places distinct `keys` (entry i has key `keys[i]`), vectorised; returns the table and
+        each entry's slot. `backoffs=None` makes the highest order's table.
 
         Linear probing without wrap-around, inserting in home order, puts the i-th key (sorted
         by home h) at `max over j <= i of (h_j + i - j)`: a running maximum, no loop.
@@ -172,20 +187,18 @@ class ProbingTable:
         n_slots = max(n_home, int(place.max()) + 1 if n else 0) + 1  # + the final empty slot
         if n_slots >= 2**32 - 1:
             raise ValueError("too many entries for 32-bit slot indices")
-        slots = np.zeros(n_slots, dtype=SLOT_DTYPE)
+        slots = np.zeros(n_slots, dtype=slot_dtype(backoffs is None))
         slots["key"] = EMPTY
         slots["key"][place] = keys
         slots["prob"][place] = probs
         if backoffs is not None:
             slots["backoff"][place] = backoffs
-        entry = np.full(n_slots, -1, dtype=np.int32)
-        entry[place] = np.arange(n, dtype=np.int32)
-        return cls(slots, entry, n_home)
+        return cls(slots, n_home), place
 
     @property
-    def words(self) -> npt.NDArray[np.uint64]:
-        """The table as uint64 pairs (key, prob|backoff bits): what the C kernel takes."""
-        return self.slots.view(np.uint64)
+    def raw(self) -> npt.NDArray[np.uint8]:
+        """The slots as bytes: what the C kernel and the binary file take."""
+        return self.slots.view(np.uint8)
 
     def lookup(self, keys: U64) -> I64:
         """Slots of `keys`, -1 where absent; one vectorised round per probe step.
@@ -228,7 +241,7 @@ def build_probing_tables(
     words: list[I32],
     child_start: list[I64],
 ) -> list[ProbingTable]:
-    """The scoring tables of orders 2..N from the CSR arrays (`NgramArrays`), in order.
+    """The scoring tables of orders 2..N from sorted per-order arrays (`build.py`), in order.
 
     An order-k entry's key is `(slot of its prefix in order k-1's table) << 32 | last word`,
     with a unigram's "slot" being its word id; the prefix of each entry is given by the CSR
@@ -242,10 +255,8 @@ def build_probing_tables(
         starts = child_start[k - 2]
         parent = np.repeat(np.arange(len(starts) - 1, dtype=np.int64), np.diff(starts))
         keys = make_keys(prefix_slot[parent], words[k - 1])
-        table = ProbingTable.build(keys, probs[k - 1], backoffs[k - 1] if k < n_order else None)
+        table, prefix_slot = ProbingTable.build(
+            keys, probs[k - 1], backoffs[k - 1] if k < n_order else None
+        )
         tables.append(table)
-        slot_of = np.empty(len(keys), dtype=np.int64)
-        live = table.entry >= 0
-        slot_of[table.entry[live]] = np.flatnonzero(live)
-        prefix_slot = slot_of
     return tables

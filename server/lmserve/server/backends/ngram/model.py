@@ -8,10 +8,11 @@ longest n-gram `h' w` in the model whose context h' is a suffix of h, and
 where the sum runs over the contexts KenLM's state holds (those found while scoring the previous
 word, at most N-1 words). All values here are natural logs (ARPA's log10 x ln 10).
 
-Each order k >= 2 has a probing hash table (`hashing.ProbingTable`) whose 16-byte slots hold an
-entry's exact key, log-prob and backoff. The key of the order-k entry ending at token i is
-`(slot of the order-(k-1) entry ending at token i-1) << 32 | word_i` (order 1's "slot" is the word
-id), so the entries ending at a token form a prefix chain through the tables.
+The model is `tables.NgramTables`: unigram arrays, and for each order k >= 2 a probing hash
+table (`hashing.ProbingTable`) whose slots hold an entry's exact key, log-prob and backoff. The
+key of the order-k entry ending at token i is `(slot of the order-(k-1) entry ending at token
+i-1) << 32 | word_i` (order 1's "slot" is the word id), so the entries ending at a token form a
+prefix chain through the tables.
 
 The C kernel (`_kernel.c`, the default when built) resolves the orders one after another over a
 chunk of texts, prefetching lookups well ahead, then applies KenLM's state rule per text.
@@ -35,9 +36,10 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
-from lmserve.server.backends.ngram.arpa import Progress, read_arpa
-from lmserve.server.backends.ngram.build import BOS, EOS, UNK, NgramArrays, build_arrays
+from lmserve.server.backends.ngram.arpa import Progress
+from lmserve.server.backends.ngram.arpa_import import import_arpa
 from lmserve.server.backends.ngram.hashing import ProbingTable, make_keys
+from lmserve.server.backends.ngram.tables import BOS, EOS, UNK, NgramTables
 
 try:
     from lmserve.server.backends.ngram import _kernel
@@ -64,20 +66,15 @@ class NgramModel:
     array([-9.02...])
     """
 
-    def __init__(self, arrays: NgramArrays, *, kernel: Kernel | None = None) -> None:
-        self._a = arrays
-        self.order: int = arrays.order
-        self._vocab = Vocabulary.from_words(arrays.vocab, unk=UNK, bos=BOS, eos=EOS)
+    def __init__(self, tables: NgramTables, *, kernel: Kernel | None = None) -> None:
+        self._t = tables
+        self.order: int = tables.order
+        self._vocab = Vocabulary.from_words(tables.vocab, unk=UNK, bos=BOS, eos=EOS)
         # float64 copies of the small unigram arrays: gathered for every token.
-        self._uni_prob = arrays.probs[0].astype(np.float64)
-        self._uni_backoff = arrays.backoffs[0].astype(np.float64) if self.order > 1 else np.zeros(0)
-        self._tables: list[ProbingTable] = list(arrays.tables)
-        if len(self._tables) != self.order - 1:
-            raise ValueError(f"{len(self._tables)} scoring tables for order {self.order}")
+        self._uni_prob = tables.uni_prob.astype(np.float64)
+        self._uni_backoff = tables.uni_backoff.astype(np.float64)
+        self._tables: list[ProbingTable] = list(tables.tables)
         self._c: _kernel.Scorer | None = None
-        # The C kernel with the CSR arrays too, for `next_token_log_probs_batch`: made on first
-        # use, since checking those arrays reads the whole model (a memory map's every page).
-        self._c_dist: _kernel.Scorer | None = None
         self.kernel: Kernel = kernel or DEFAULT_KERNEL
         if self.kernel == "c":
             if _kernel is None:
@@ -89,8 +86,8 @@ class NgramModel:
     def _scorer_args(self) -> tuple[Any, ...]:
         return (
             self._uni_prob,
-            self._uni_backoff if self.order > 1 else np.zeros(len(self._uni_prob)),
-            tuple(t.words for t in self._tables),
+            self._uni_backoff,
+            tuple(t.raw for t in self._tables),
             tuple(t.n_home for t in self._tables),
             self._vocab.bos_id,
             self._vocab.eos_id,
@@ -105,15 +102,15 @@ class NgramModel:
         kernel: Kernel | None = None,
         progress: Progress | None = None,
     ) -> NgramModel:
-        """Reads an ARPA file (plain or gzipped, any order); `progress(read, total)` is called
-        as its n-grams are read."""
-        return cls(build_arrays(read_arpa(path, progress=progress), str(path)), kernel=kernel)
+        """Reads an ARPA file (plain or gzipped, any order) in one streaming pass
+        (`arpa_import.import_arpa`); `progress(read, total)` is called as its n-grams are read."""
+        return cls(import_arpa(path, progress=progress), kernel=kernel)
 
     def save(self, path: str | Path) -> None:
         """Writes the memory-mappable binary file (see `binary.py`)."""
-        from lmserve.server.backends.ngram.binary import save_arrays
+        from lmserve.server.backends.ngram.binary import save_tables
 
-        save_arrays(self._a, Path(path))
+        save_tables(self._t, Path(path))
 
     @classmethod
     def load(
@@ -129,10 +126,10 @@ class NgramModel:
         version found and the one expected) is compiled from `arpa_fallback` instead when that is
         given, with a warning to rebuild the binary; without it the error is raised.
         """
-        from lmserve.server.backends.ngram.binary import BinaryVersionError, load_arrays
+        from lmserve.server.backends.ngram.binary import BinaryVersionError, load_tables
 
         try:
-            return cls(load_arrays(Path(path)), kernel=kernel)
+            return cls(load_tables(Path(path)), kernel=kernel)
         except BinaryVersionError as exc:
             if arpa_fallback is None:
                 raise
@@ -166,12 +163,12 @@ class NgramModel:
         self._vocab = vocab
 
     @property
-    def arrays(self) -> NgramArrays:
-        return self._a
+    def tables(self) -> NgramTables:
+        return self._t
 
     def ngram_counts(self) -> list[int]:
         """Entries per order as the ARPA `\\data\\` section declared them."""
-        return list(self._a.counts)
+        return list(self._t.counts)
 
     # -- scoring ------------------------------------------------------------------------------
     def score(
@@ -299,8 +296,9 @@ class NgramModel:
         return log_probs, matched
 
     # -- next-word distributions --------------------------------------------------------------
-    def context_entries(self, context: Sequence[int], *, bos: bool = True) -> list[int]:
-        """Indices of the entries (order 1, 2, ...) that end the context: KenLM's state."""
+    def context_slots(self, context: Sequence[int], *, bos: bool = True) -> list[int]:
+        """KenLM's state after `[<s>] context`: the entries of orders 1, 2, ... that end it, as
+        slots of their orders' tables (order 1's "slot" is the word id)."""
         n_keep = self.order - 1
         window = [int(t) for t in context][-n_keep:] if n_keep else []
         if bos and len(context) < n_keep:
@@ -314,25 +312,26 @@ class NgramModel:
                     break
                 now.append(slot)
             found = now
-        entries = found[:n_keep]
-        # Slots -> entry indices in the CSR arrays (order 1's slot is already its entry).
-        for j in range(1, len(entries)):
-            entries[j] = int(self._tables[j - 1].entry[entries[j]])
-        return entries
+        return found[:n_keep]
 
     def next_token_log_probs(self, context: Sequence[int], *, bos: bool = True) -> FloatArray:
-        """log P(w | [<s>] context) in nats for every vocabulary id w (shape [len(vocab)])."""
-        a = self._a
-        entries = self.context_entries(context, bos=bos)
-        backoffs = [float(a.backoffs[j][e]) for j, e in enumerate(entries)]
-        # Words with no n-gram after any context entry: unigram + every context backoff.
-        # Then the children of each longer context overwrite, each with the backoffs of the
-        # contexts longer than itself (the longest context writes last and wins).
+        """log P(w | [<s>] context) in nats for every vocabulary id w (shape [len(vocab)]).
+
+        Every word is looked up after each context entry, shortest first, as long as it keeps
+        matching (every suffix of an entry is an entry): the longest match writes last."""
+        found = self.context_slots(context, bos=bos)
+        backoffs = [float(self._uni_backoff[found[0]])] if found else []
+        backoffs += [
+            float(self._tables[j - 1].slots["backoff"][s]) for j, s in enumerate(found) if j
+        ]
         out = self._uni_prob + sum(backoffs)
-        for j, entry in enumerate(entries):
-            lo, hi = int(a.child_start[j][entry]), int(a.child_start[j][entry + 1])
-            if hi > lo:
-                out[a.words[j + 1][lo:hi]] = a.probs[j + 1][lo:hi] + sum(backoffs[j + 1 :])
+        words = np.arange(len(out), dtype=np.int64)
+        for j, slot in enumerate(found):
+            table = self._tables[j]
+            hit = table.lookup(make_keys(np.full(len(words), slot, dtype=np.int64), words))
+            keep = hit >= 0
+            words = words[keep]
+            out[words] = table.slots["prob"][hit[keep]] + sum(backoffs[j + 1 :])
         return out
 
     def next_token_log_probs_batch(
@@ -345,9 +344,9 @@ class NgramModel:
         """`next_token_log_probs` of every context as one float32 array [len(contexts), V].
 
         The C kernel fills all rows in one call (a row whose cut context another row has is
-        copied from it); the numpy kernel runs `next_token_log_probs` per row. `out`, when
-        given, must be a C-contiguous float32 [len(contexts), V] array; it is filled and
-        returned.
+        copied from it), each row a pass over the vocabulary per context order; the numpy kernel
+        runs `next_token_log_probs` per row. `out`, when given, must be a C-contiguous float32
+        [len(contexts), V] array; it is filled and returned.
         """
         n_rows, n_vocab = len(contexts), len(self._vocab)
         if out is None:
@@ -360,16 +359,8 @@ class NgramModel:
             for i, context in enumerate(contexts):
                 out[i] = self.next_token_log_probs(context, bos=bos)
             return out
-        scorer = self._c_dist
-        if scorer is None:
-            a = self._a
-            scorer = self._c_dist = _kernel.Scorer(
-                *self._scorer_args(),
-                child_start=tuple(a.child_start),
-                words=tuple(a.words[1:]),
-                probs=tuple(a.probs[1:]),
-                entries=tuple(t.entry for t in self._tables),
-            )
+        scorer = self._c
+        assert scorer is not None
         # Flattened through lists: ~4x cheaper than np.fromiter for a step's few short contexts.
         offsets = np.array([0, *itertools.accumulate(map(len, contexts))], dtype=np.int64)
         ids = np.array(list(itertools.chain.from_iterable(contexts)), dtype=np.int32)
