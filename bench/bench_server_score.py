@@ -3,9 +3,13 @@ through a real server (its own process) with one client (unary Score calls, and 
 eight client processes, and single calls.
 
     python bench/bench_server_score.py [--runs 5] [--model-dir DIR] [--clients 8]
+    python bench/bench_server_score.py --model-dir DIR --arpa ARPA --sentences FILE --clients 0
 
-Words count `</s>`: whitespace words + 1 per line of `../shared/data/kjv/test.txt`. Prints JSON
-records (see bench/README.md) on stdout, progress on stderr.
+Words count `</s>`: whitespace words + 1 per line of `../shared/data/kjv/test.txt` (or of
+`--sentences`). With `--arpa` the KenLM baseline loads that file, the ARPA the served folder was
+imported from, and the served totals are checked against KenLM's (the scale table of issue #22
+runs it on the 100M-n-gram synthetic model). `--clients 0` skips the concurrent clients. Prints
+JSON records (see bench/README.md) on stdout, progress on stderr.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from common import (
     batches,
     count_words,
     emit,
+    linked_repository,
     log,
     percentile,
     quick,
@@ -55,9 +60,10 @@ def load_repository(explicit: Path | None) -> tuple[Path, ModelRepository]:
     from lmserve.server.registry.repository import ModelRepository
 
     if explicit is not None:
-        repo = ModelRepository.load(explicit.parent)
+        folder = linked_repository("score-repo", explicit)  # the server loads this model only
+        repo = ModelRepository.load(folder)
         repo.ready(explicit.name)  # fails loudly when the model does not load
-        return explicit.parent, repo
+        return folder, repo
     folder = CACHE_DIR / "repo" / MODEL_NAME
     if (folder / "model.yaml").is_file():
         repo = ModelRepository.load(folder.parent)
@@ -80,12 +86,12 @@ def load_repository(explicit: Path | None) -> tuple[Path, ModelRepository]:
 
 
 def bench_kenlm(
-    lines: list[str], words: int, runs: int
+    arpa: Path, lines: list[str], words: int, runs: int
 ) -> tuple[dict[str, Any], list[float], Callable[[], None]]:
     """KenLM's words/s in-process, its scores, and one pass over `lines` to time again later."""
     import kenlm
 
-    model = kenlm.Model(str(KJV_5GRAM_ARPA))
+    model = kenlm.Model(str(arpa))
     scores: list[float] = []
 
     def once() -> None:
@@ -375,23 +381,32 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="serve this model folder (and its siblings) instead of KenLM's 5-gram",
     )
-    parser.add_argument("--clients", type=int, default=8, help="concurrent client processes")
+    parser.add_argument(
+        "--arpa", type=Path, default=None, help="KenLM's model: the ARPA --model-dir came from"
+    )
+    parser.add_argument("--sentences", type=Path, default=KJV_TEST, help="one text per line")
+    parser.add_argument(
+        "--clients", type=int, default=8, help="concurrent client processes (0: skip)"
+    )
     args = parser.parse_args(argv)
 
-    lines = read_lines(KJV_TEST)
+    lines = read_lines(args.sentences)
     words = count_words(lines)
     log(f"{len(lines)} sentences, {words} words (</s> counted), {args.runs} runs each")
     repository, repo = load_repository(args.model_dir)
     model = args.model_dir.name if args.model_dir else MODEL_NAME
 
-    kenlm_rec, kenlm_scores, kenlm_once = bench_kenlm(lines, words, args.runs)
+    same_model = args.model_dir is None or args.arpa is not None
+    kenlm_rec, kenlm_scores, kenlm_once = bench_kenlm(
+        args.arpa or KJV_5GRAM_ARPA, lines, words, args.runs
+    )
     emit(kenlm_rec)
     for rec in bench_engine(repo, model, lines, words, args.runs):
         emit(rec)
     server_recs = bench_server(repository, model, lines, words, kenlm_once, args.runs, args.clients)
     for rec in server_recs:
         if rec["name"] == "_served_totals":
-            if args.model_dir is not None:
+            if not same_model:
                 continue  # another model than KenLM's ARPA: nothing to compare
             diffs = [abs(s - k * LN10) for s, k in zip(rec["values"], kenlm_scores, strict=True)]
             emit(record("server_vs_kenlm_max_abs_diff_nats", "nats", [max(diffs)]))

@@ -34,39 +34,51 @@
 
 #define MAX_ORDER 16
 #define BATCH_LINES 4096     /* lines of one order looked up and inserted together */
-#define PREFETCH_AHEAD 16
+#define PREFETCH_AHEAD 24
 #define GROW_SLOTS 4096      /* overflow slots added when an insert reaches the last slot */
 #define MIN_HOME_SLOTS 128   /* so that a small table has room for a few fill-ins too */
 static const uint32_t kMiss = ~0U;
 
 static PyObject *TooManyFillIns;
 
-/* ---- the vocabulary: word bytes -> id ----------------------------------------------------- */
+/* ---- the vocabulary: word bytes -> id ------------------------------------------------------
+ *
+ * Open addressing over 16-byte slots that hold a word's length and first 8 bytes beside its id:
+ * most words are that short, so finding one touches one slot and nothing else (the tables being
+ * built push everything else out of the caches). Longer words compare their rest in `bytes`. */
+
+typedef struct {
+    uint32_t id1;   /* id + 1; 0 when empty */
+    uint32_t len;
+    uint64_t head;  /* the first 8 bytes, zero-padded */
+} VocabSlot;
 
 typedef struct {
     char *bytes;          /* every word, one after another */
     size_t n_bytes, cap_bytes;
     uint64_t *start;      /* [n_words + 1] offsets into `bytes` */
     uint32_t n_words, cap_words;
-    uint32_t *slot;       /* open addressing: id + 1, 0 when empty */
+    VocabSlot *slot;
     uint64_t mask;
 } Vocab;
 
 static inline uint64_t
-hash_bytes(const char *s, size_t n)
+word_head(const char *w, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ULL ^ n;
-    while (n >= 8) {
-        uint64_t x;
-        memcpy(&x, s, 8);
-        h = (h ^ x) * kMultiplier;
-        h ^= h >> 29;
-        s += 8;
-        n -= 8;
+    uint64_t head = 0;
+    memcpy(&head, w, n < 8 ? n : 8);
+    return head;
+}
+
+static inline uint64_t
+hash_word(const char *s, size_t n, uint64_t head)
+{
+    uint64_t h = (head ^ ((uint64_t)n << 56)) * kMultiplier;
+    for (size_t i = 8; i < n; i += 8) {
+        uint64_t x = 0;
+        memcpy(&x, s + i, n - i < 8 ? n - i : 8);
+        h = ((h ^ (h >> 29)) ^ x) * kMultiplier;
     }
-    uint64_t x = 0;
-    memcpy(&x, s, n);
-    h = (h ^ x) * kMultiplier;
     return h ^ (h >> 32);
 }
 
@@ -78,7 +90,7 @@ vocab_init(Vocab *v, uint64_t expected)
         cap *= 2;
     }
     v->mask = cap - 1;
-    v->slot = calloc(cap, sizeof(uint32_t));
+    v->slot = calloc(cap, sizeof(VocabSlot));
     v->cap_words = expected > 16 ? (uint32_t)expected : 16;
     v->start = malloc((v->cap_words + 1) * sizeof(uint64_t));
     v->cap_bytes = 16 * (size_t)v->cap_words;
@@ -102,17 +114,18 @@ vocab_free(Vocab *v)
 static inline int64_t
 vocab_find(const Vocab *v, const char *w, size_t n, uint64_t *at)
 {
-    uint64_t i = hash_bytes(w, n) & v->mask;
+    const uint64_t head = word_head(w, n);
+    uint64_t i = hash_word(w, n, head) & v->mask;
     for (;; i = (i + 1) & v->mask) {
-        const uint32_t id1 = v->slot[i];
-        if (id1 == 0) {
+        const VocabSlot *s = &v->slot[i];
+        if (s->id1 == 0) {
             *at = i;
             return -1;
         }
-        const uint32_t id = id1 - 1;
-        if (v->start[id + 1] - v->start[id] == n && memcmp(v->bytes + v->start[id], w, n) == 0) {
+        if (s->len == n && s->head == head &&
+            (n <= 8 || memcmp(v->bytes + v->start[s->id1 - 1] + 8, w + 8, n - 8) == 0)) {
             *at = i;
-            return id;
+            return s->id1 - 1;
         }
     }
 }
@@ -121,6 +134,9 @@ vocab_find(const Vocab *v, const char *w, size_t n, uint64_t *at)
 static int64_t
 vocab_add(Vocab *v, const char *w, size_t n, uint64_t at)
 {
+    if (n >= UINT32_MAX) {
+        return -1;
+    }
     if (v->n_words + 1 >= v->cap_words) {
         v->cap_words *= 2;
         uint64_t *start = realloc(v->start, (v->cap_words + 1) * sizeof(uint64_t));
@@ -131,17 +147,20 @@ vocab_add(Vocab *v, const char *w, size_t n, uint64_t at)
     }
     if (2 * (uint64_t)(v->n_words + 1) > v->mask) { /* keep the load at most 1/2: rehash */
         const uint64_t cap = 2 * (v->mask + 1);
-        uint32_t *slot = calloc(cap, sizeof(uint32_t));
+        VocabSlot *slot = calloc(cap, sizeof(VocabSlot));
         if (!slot) {
             return -1;
         }
-        for (uint32_t id = 0; id < v->n_words; id++) {
-            uint64_t i = hash_bytes(v->bytes + v->start[id], v->start[id + 1] - v->start[id]) &
-                         (cap - 1);
-            while (slot[i]) {
-                i = (i + 1) & (cap - 1);
+        for (uint64_t j = 0; j <= v->mask; j++) {
+            const VocabSlot *old = &v->slot[j];
+            if (old->id1) {
+                const char *word = v->bytes + v->start[old->id1 - 1];
+                uint64_t i = hash_word(word, old->len, old->head) & (cap - 1);
+                while (slot[i].id1) {
+                    i = (i + 1) & (cap - 1);
+                }
+                slot[i] = *old;
             }
-            slot[i] = id + 1;
         }
         free(v->slot);
         v->slot = slot;
@@ -164,7 +183,7 @@ vocab_add(Vocab *v, const char *w, size_t n, uint64_t at)
     v->n_bytes += n;
     const uint32_t id = v->n_words++;
     v->start[id + 1] = v->n_bytes;
-    v->slot[at] = id + 1;
+    v->slot[at] = (VocabSlot){.id1 = id + 1, .len = (uint32_t)n, .head = word_head(w, n)};
     return id;
 }
 
@@ -451,10 +470,13 @@ flush_batch(BuilderObject *b)
 
 /* ---- parsing ------------------------------------------------------------------------------ */
 
+/* The bytes Python's bytes.split() treats as whitespace, but the newline that ends a line. */
+static unsigned char kSpace[256];
+
 static inline int
 is_space(char c)
 {
-    return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r';
+    return kSpace[(unsigned char)c];
 }
 
 /* One line's fields (at most n + 2 are kept; `*n_fields` counts them all). */
@@ -665,26 +687,44 @@ Builder_start_section(BuilderObject *b, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* feed(buffer, start, first_line, at_eof) -> (end, lines, section_over, filled): parses the
+ * whole lines of the current section in buffer[start:], line `first_line` first, up to a line
+ * that begins with a backslash (the next section or \end\: section_over, `end` at its start)
+ * or to the last newline (the rest, an incomplete line, is left unless `at_eof`). `lines` counts
+ * the lines consumed, `filled` the section's entries so far. */
 static PyObject *
 Builder_feed(BuilderObject *b, PyObject *args)
 {
     Py_buffer block;
+    Py_ssize_t start;
     long long first_line;
-    if (!PyArg_ParseTuple(args, "y*L:feed", &block, &first_line)) {
+    int at_eof;
+    if (!PyArg_ParseTuple(args, "y*nLp:feed", &block, &start, &first_line, &at_eof)) {
         return NULL;
     }
-    if (b->section == 0) {
+    if (b->section == 0 || start < 0 || start > block.len) {
         PyBuffer_Release(&block);
-        PyErr_SetString(PyExc_RuntimeError, "feed before start_section");
+        PyErr_SetString(PyExc_RuntimeError, "feed before start_section, or start out of range");
         return NULL;
     }
-    const char *p = block.buf, *end = p + block.len;
+    const char *base = block.buf;
+    const char *p = base + start, *end = base + block.len;
     int64_t line = first_line;
-    int failed = 0;
-    while (p < end && !failed) {
+    int failed = 0, over = 0;
+    while (p < end) {
+        if (*p == '\\') {
+            over = 1;
+            break;
+        }
         const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol && !at_eof) {
+            break; /* an incomplete line: the caller reads on */
+        }
         const char *stop = eol ? eol : end;
-        failed = parse_line(b, p, stop, line) < 0;
+        if (parse_line(b, p, stop, line) < 0) {
+            failed = 1;
+            break;
+        }
         line++;
         p = eol ? eol + 1 : end;
     }
@@ -692,7 +732,8 @@ Builder_feed(BuilderObject *b, PyObject *args)
     if (failed || flush_batch(b) < 0) {
         return NULL;
     }
-    return PyLong_FromLongLong(b->filled);
+    return Py_BuildValue("(nLOL)", (Py_ssize_t)(p - base), (long long)(line - first_line),
+                         over ? Py_True : Py_False, (long long)b->filled);
 }
 
 /* (vocab bytes joined by "\n", uni_prob, uni_backoff, ((table bytes, n_home), ...), fill-ins
@@ -765,10 +806,11 @@ static PyMethodDef Builder_methods[] = {
     {"start_section", (PyCFunction)Builder_start_section, METH_O,
      "start_section(n)\n--\n\nBegins the \\n-grams: section (n = 1, 2, ... in turn)."},
     {"feed", (PyCFunction)Builder_feed, METH_VARARGS,
-     "feed(block, first_line)\n--\n\n"
-     "Parses whole lines of the current section (the block's first is line `first_line`) into\n"
-     "the tables; returns the section's entries so far. Errors raise ValueError(line, reason,\n"
-     "bytes or None); a table out of room for fill-ins raises TooManyFillIns."},
+     "feed(buffer, start, first_line, at_eof)\n--\n\n"
+     "Parses the current section's whole lines in buffer[start:] (line `first_line` first) into\n"
+     "the tables, up to a line that begins with a backslash; returns (end offset, lines\n"
+     "consumed, section over, the section's entries so far). Errors raise ValueError(line,\n"
+     "reason, bytes or None); a table out of room for fill-ins raises TooManyFillIns."},
     {"finish", (PyCFunction)Builder_finish, METH_NOARGS,
      "finish()\n--\n\n"
      "After the last section: (vocab bytes joined by newlines, uni_prob bytes, uni_backoff bytes,\n"
@@ -804,6 +846,7 @@ PyInit__arpa_import(void)
     if (PyType_Ready(&BuilderType) < 0) {
         return NULL;
     }
+    kSpace[' '] = kSpace['\t'] = kSpace['\v'] = kSpace['\f'] = kSpace['\r'] = 1;
     PyObject *m = PyModule_Create(&import_module);
     if (!m) {
         return NULL;

@@ -4,13 +4,16 @@ block's tokens as byte spans and vocabulary ids rather than Python objects (`arp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.text._wordindex import WordIndex
+
+# parse(buffer, start, first_line, at_eof) -> (end offset, lines consumed, section over)
+SectionParser = Callable[[bytes, int, int, bool], tuple[int, int, bool]]
 
 
 class LineBlocks:
@@ -72,6 +75,19 @@ class LineBlocks:
                     yield self._take(len(buf))
                     return
             yield self._take(last + 1)
+
+    def consume_section(self, parse: SectionParser) -> None:
+        """Hands the section's body to `parse(buffer, start, first_line, at_eof)` without
+        splitting it into blocks here: the parser reads whole lines from `start` on, stops at a
+        line that begins with a backslash (which `line()` reads next) and returns (end offset,
+        lines consumed, whether the section is over)."""
+        while True:
+            end, n_lines, over = parse(self._buf, self._pos, self.line_no + 1, self._eof)
+            self._pos = end
+            self.line_no += n_lines
+            if over or (self._eof and self._pos >= len(self._buf)):
+                return
+            self._fill()  # the rest of the buffer is an incomplete line: read on
 
     def _take(self, end: int) -> tuple[bytes, int]:
         block = self._buf[self._pos : end]

@@ -22,6 +22,7 @@ import numpy as np
 
 from lmserve.server.backends.ngram.arpa import (
     BLOCK_BYTES,
+    Fail,
     LineBlocks,
     Progress,
     end_section,
@@ -72,6 +73,30 @@ def _in_memory(path: Path, progress: Progress | None, block_bytes: int) -> Ngram
     return build_tables(read_arpa(path, progress=progress, block_bytes=block_bytes), str(path))
 
 
+class _Feed:
+    """The builder as `LineBlocks.consume_section`'s parser: errors become ArpaFormatError,
+    and progress is reported after each block."""
+
+    def __init__(
+        self, builder: _arpa_import.TableBuilder, fail: Fail, progress: Progress | None, total: int
+    ) -> None:
+        self.builder, self.fail, self.progress, self.total = builder, fail, progress, total
+        self.done = 0  # entries of the sections before this one
+        self.filled = 0  # entries of this section
+
+    def __call__(
+        self, buffer: bytes, start: int, first_line: int, at_eof: bool
+    ) -> tuple[int, int, bool]:
+        try:
+            end, n_lines, over, self.filled = self.builder.feed(buffer, start, first_line, at_eof)
+        except ValueError as exc:
+            line, reason, got = exc.args
+            raise self.fail(line, reason, got) from None
+        if self.progress is not None:
+            self.progress(self.done + self.filled, self.total)
+        return end, n_lines, over
+
+
 def _stream(
     stream: BinaryIO, name: str, progress: Progress | None, block_bytes: int
 ) -> NgramTables:
@@ -79,21 +104,14 @@ def _stream(
     lines = LineBlocks(stream, block_bytes)
     counts, text = read_counts(lines, fail)
     builder = _arpa_import.TableBuilder(tuple(counts), LN10)
-    total, done = sum(counts), 0
+    feed = _Feed(builder, fail, progress, sum(counts))
     for n, count in enumerate(counts, start=1):
         expect_section(lines, text, n, fail)
         builder.start_section(n)
-        filled = 0
-        for block, first_line in lines.section():
-            try:
-                filled = builder.feed(block, first_line)
-            except ValueError as exc:
-                line, reason, got = exc.args
-                raise fail(line, reason, got) from None
-            if progress is not None:
-                progress(done + filled, total)
-        text = end_section(lines, n, count, filled, fail)
-        done += count
+        feed.filled = 0
+        lines.consume_section(feed)
+        text = end_section(lines, n, count, feed.filled, fail)
+        feed.done += count
     expect_end(lines, text, fail)
     vocab_bytes, uni_prob, uni_backoff, tables, fill_ins = builder.finish()
     del builder

@@ -22,12 +22,14 @@ then compiles the model's ARPA copy instead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import struct
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -72,9 +74,10 @@ def _align(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def save_tables(t: NgramTables, path: Path) -> None:
+def save_tables(t: NgramTables, path: Path) -> str:
     """Writes the arrays and their header (see the module docstring), each array straight from
-    its memory: no copy of a table is made on the way to the file."""
+    its memory (no copy of a table is made on the way to the file); returns the file's sha256
+    (hex)."""
     named = _named_arrays(t)
     entries: list[dict[str, Any]] = []
     header: dict[str, Any] = {
@@ -105,13 +108,47 @@ def save_tables(t: NgramTables, path: Path) -> None:
     blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
     if _FIXED.size + len(blob) > budget:
         raise AssertionError("binary header budget too small")  # a bug, not a user error
-    with path.open("wb") as f:
-        f.write(_FIXED.pack(MAGIC, VERSION, len(blob), zlib.crc32(blob)))
-        f.write(blob)
+    with path.open("wb") as f, _HashedWriter(f) as out:
+        out.write(_FIXED.pack(MAGIC, VERSION, len(blob), zlib.crc32(blob)) + blob)
         for (_, arr), entry in zip(named, entries, strict=True):
-            f.seek(entry["offset"])
-            f.write(arr.view(np.uint8).data)
-        f.truncate(offset)
+            out.write(bytes(entry["offset"] - out.position))  # the zero padding
+            data = arr.view(np.uint8).data
+            for start in range(0, len(data), _CHUNK):
+                out.write(data[start : start + _CHUNK])
+        out.write(bytes(offset - out.position))
+    return out.sha256.hexdigest()
+
+
+# Bytes written (and hashed) at a time: large enough to keep the hashing thread busy.
+_CHUNK = 32 << 20
+
+
+class _HashedWriter:
+    """Writes a file and hashes the bytes written (sha256, for the manifest) in one pass: each
+    chunk is hashed on a thread while the next is written (hashlib and file writes both release
+    the GIL), so the manifest need not read the model back."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.sha256 = hashlib.sha256()
+        self.position = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lmbin-sha256")
+        self._pending: Future[None] | None = None
+
+    def write(self, data: bytes | memoryview) -> None:
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._pool.submit(self.sha256.update, data)
+        self._f.write(data)
+        self.position += len(data)
+
+    def __enter__(self) -> _HashedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pending is not None:
+            self._pending.result()
+        self._pool.shutdown()
 
 
 def load_tables(path: Path, *, verify: bool = False) -> NgramTables:

@@ -57,8 +57,7 @@ def write_model_folder(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.save(out_dir / BINARY_NAME)
-    files = {"model": FileEntry(path=BINARY_NAME, sha256=sha256_of(out_dir / BINARY_NAME))}
+    files = {"model": FileEntry(path=BINARY_NAME, sha256=model.save(out_dir / BINARY_NAME))}
     if arpa_source is not None:
         arpa_source = Path(arpa_source)
         with arpa_source.open("rb") as f:

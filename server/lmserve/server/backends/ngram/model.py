@@ -106,11 +106,11 @@ class NgramModel:
         (`arpa_import.import_arpa`); `progress(read, total)` is called as its n-grams are read."""
         return cls(import_arpa(path, progress=progress), kernel=kernel)
 
-    def save(self, path: str | Path) -> None:
-        """Writes the memory-mappable binary file (see `binary.py`)."""
+    def save(self, path: str | Path) -> str:
+        """Writes the memory-mappable binary file (see `binary.py`); returns its sha256 (hex)."""
         from lmserve.server.backends.ngram.binary import save_tables
 
-        save_tables(self._t, Path(path))
+        return save_tables(self._t, Path(path))
 
     @classmethod
     def load(
@@ -318,7 +318,14 @@ class NgramModel:
         """log P(w | [<s>] context) in nats for every vocabulary id w (shape [len(vocab)]).
 
         Every word is looked up after each context entry, shortest first, as long as it keeps
-        matching (every suffix of an entry is an entry): the longest match writes last."""
+        matching (every suffix of an entry is an entry): the longest match writes last. The C
+        kernel does it with prefetching (its float32 row, widened); numpy in vectorised rounds.
+        """
+        if self._c is not None:
+            return self.next_token_log_probs_batch([context], bos=bos)[0].astype(np.float64)
+        return self._next_token_log_probs_numpy(context, bos=bos)
+
+    def _next_token_log_probs_numpy(self, context: Sequence[int], *, bos: bool) -> FloatArray:
         found = self.context_slots(context, bos=bos)
         backoffs = [float(self._uni_backoff[found[0]])] if found else []
         backoffs += [
@@ -357,7 +364,7 @@ class NgramModel:
             )
         if self.kernel != "c":
             for i, context in enumerate(contexts):
-                out[i] = self.next_token_log_probs(context, bos=bos)
+                out[i] = self._next_token_log_probs_numpy(context, bos=bos)
             return out
         scorer = self._c
         assert scorer is not None
