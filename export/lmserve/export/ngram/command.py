@@ -8,6 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from lmserve.export.ngram.memory import DEFAULT_MEMORY, parse_memory
+
 HELP = (
     "Train an n-gram language model (ARPA + model folder) from a text corpus, one sentence a line."
 )
@@ -20,6 +22,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _memory_size(text: str) -> str:
+    try:
+        parse_memory(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +79,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(as lmplz --discount_fallback; character models need it)",
     )
     parser.add_argument(
+        "--memory",
+        type=_memory_size,
+        default=DEFAULT_MEMORY,
+        help="working memory for counting, as lmplz -S: a size (2G, 800M) or a share of RAM "
+        f"(default {DEFAULT_MEMORY}); a corpus that does not fit is counted in sorted runs "
+        "on disk, with the same result",
+    )
+    parser.add_argument(
+        "--temp-dir",
+        type=Path,
+        help="where counting spills sorted runs when the corpus exceeds --memory "
+        "(default: the system's temporary folder)",
+    )
+    parser.add_argument(
         "--arpa-only", action="store_true", help="write only MODEL_DIR/model.arpa(.gz)"
     )
     parser.add_argument(
@@ -91,6 +115,8 @@ def _command_line(args: argparse.Namespace) -> list[str]:
         words += ["--add-k", str(args.add_k)]
     if args.min_count != 1:
         words += ["--min-count", str(args.min_count)]
+    if args.memory != DEFAULT_MEMORY:
+        words += ["--memory", args.memory]
     words += [flag for flag, on in (("--lowercase", args.lowercase),
               ("--discount-fallback", args.discount_fallback),
               ("--arpa-only", args.arpa_only), ("--no-gzip", not args.gzip)) if on]  # fmt: skip
@@ -120,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
         bpe_vocab_size=args.bpe_vocab_size,
         bpe_model=args.bpe_model,
         discount_fallback=args.discount_fallback,
+        memory=args.memory,
+        temp_dir=args.temp_dir,
+        progress=True,
     )
     try:
         result = train(config, command_line=_command_line(args))
@@ -131,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         "vocab_size": result.vocab_size,
         "ngrams": result.ngram_counts,
         "timings": {k: round(v, 3) for k, v in result.timings.items()},
+        "peak_rss_mb": result.peak_rss_mb,
         "metrics": result.metrics,
     }
     print(json.dumps(summary, indent=2))

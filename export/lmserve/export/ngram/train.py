@@ -4,12 +4,17 @@ The tokens counted are words, characters or BPE pieces (`tokens.CorpusTokenizer`
 or BPE model's folder also holds its tokenizer (`vocab.txt`, escaped, or `tokenizer.json`), named
 by the manifest, so the server cuts texts exactly as training did.
 
-Each phase is timed (`TrainResult.timings`, seconds) so the benchmark and the manifest can
-report where the time goes.
+Each phase is timed (`TrainResult.timings`, seconds) and followed by the process's peak RSS so
+far (`TrainResult.peak_rss_mb`), so the benchmark and the manifest can report where the time
+and the memory go. The corpus is read block by block into int32 ids (`corpus_stream`) and
+counted within `memory` bytes (`counting`), spilling sorted runs to `temp_dir` only when the
+corpus does not fit; the counts and model are dropped before the serving engine is built.
 """
 
 from __future__ import annotations
 
+import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,7 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lmserve.export.ngram.arpa_writer import write_arpa
-from lmserve.export.ngram.counting import NgramCounts, count_ngrams
+from lmserve.export.ngram.corpus_stream import read_corpus
+from lmserve.export.ngram.counting import IN_MEMORY_BYTES_PER_TOKEN, NgramCounts, count_store
+from lmserve.export.ngram.memory import DEFAULT_MEMORY, parse_memory
+from lmserve.export.ngram.progress import Progress
 from lmserve.export.ngram.smoothing import (
     BackoffModel,
     smooth_add_k,
@@ -29,7 +37,7 @@ from lmserve.export.ngram.smoothing import (
 )
 from lmserve.export.ngram.smoothing.kneser_ney import KENLM_FALLBACK
 from lmserve.export.ngram.tokens import CorpusTokenizer, make_tokenizer, read_lines
-from lmserve.export.ngram.vocab import EncodedCorpus, encode_corpus, select_vocabulary
+from lmserve.export.ngram.vocab import EncodedCorpus, encode_corpus
 
 if TYPE_CHECKING:
     from lmserve.server.manifest import TokenizerSpec
@@ -55,6 +63,9 @@ class TrainConfig:
     bpe_vocab_size: int = 8000
     bpe_model: Path | None = None
     discount_fallback: bool = False
+    memory: str = DEFAULT_MEMORY
+    temp_dir: Path | None = None
+    progress: bool = False
 
     @property
     def model_name(self) -> str:
@@ -69,17 +80,31 @@ class TrainResult:
     timings: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     parameters: dict[str, list[float]] = field(default_factory=dict)
+    peak_rss_mb: dict[str, float] = field(default_factory=dict)
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far, MB (ru_maxrss: KB on Linux, bytes on macOS;
+    0 where the platform has no `resource` module)."""
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 class _Timer:
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
+        self.peaks: dict[str, float] = {}
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         yield
         self.timings[name] = time.perf_counter() - start
+        self.peaks[name.removesuffix("_seconds")] = round(peak_rss_mb(), 1)
 
 
 TOKENIZER_FILES = {"char": ("vocab", "vocab.txt"), "bpe": ("tokenizer", "tokenizer.json")}
@@ -155,31 +180,46 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
     if config.smoothing == "interpolated" and config.heldout is None:
         raise ValueError("--smoothing interpolated needs --heldout to tune its weights")
     timer = _Timer()
+    progress = Progress(enabled=config.progress)
+    memory = parse_memory(config.memory)
     with timer.phase("tokenizer_seconds"):
         tokens = _tokenizer(config)
-    with timer.phase("read_seconds"):
-        sentences = tokens.read(config.corpus)
-        evaluated = {
-            prefix: read_lines(path)
-            for prefix, path in (("valid", config.heldout), ("test", config.test))
-            if path is not None
-        }
-        split = {prefix: tokens.split(lines) for prefix, lines in evaluated.items()}
-        heldout_sentences = split.get("valid")
-    with timer.phase("count_seconds"):
-        words = tokens.vocabulary() or select_vocabulary(
-            sentences, min_count=config.min_count, top_n=config.top_n
-        )
-        index = {w: i for i, w in enumerate(words)}
-        corpus = encode_corpus(sentences, index)
-        counts = count_ngrams(corpus, config.order, len(words))
+    # Spilled corpus ids and sorted runs, when the corpus does not fit `memory`.
+    with tempfile.TemporaryDirectory(prefix="lmserve-train-", dir=config.temp_dir) as scratch:
+        with timer.phase("read_seconds"):
+            words, store = read_corpus(
+                tokens,
+                config.corpus,
+                vocabulary=tokens.vocabulary(),
+                min_count=config.min_count,
+                top_n=config.top_n,
+                memory_tokens=memory // IN_MEMORY_BYTES_PER_TOKEN,
+                temp_dir=Path(scratch),
+                progress=progress,
+            )
+            evaluated = {
+                prefix: read_lines(path)
+                for prefix, path in (("valid", config.heldout), ("test", config.test))
+                if path is not None
+            }
+            split = {prefix: tokens.split(lines) for prefix, lines in evaluated.items()}
+            heldout_sentences = split.get("valid")
+        with timer.phase("count_seconds"):
+            counts = count_store(store, config.order, len(words), memory=memory,
+                                 temp_dir=Path(scratch), progress=progress)  # fmt: skip
+        del store
+    ngram_counts = [len(t) for t in counts.orders]
     with timer.phase("smooth_seconds"):
+        index = {w: i for i, w in enumerate(words)}
         heldout = encode_corpus(heldout_sentences, index) if heldout_sentences else None
         model = smooth(counts, config, heldout)
+    del counts, heldout
     config.model_dir.mkdir(parents=True, exist_ok=True)
     arpa_path = config.model_dir / ("model.arpa.gz" if config.gzip else "model.arpa")
     with timer.phase("write_arpa_seconds"):
         write_arpa(model, tokens.arpa_names(words), arpa_path)
+    parameters = model.info
+    del model  # the tables go before the engine is built from the ARPA
     with timer.phase("build_seconds"):
         engine = NgramModel.from_arpa(arpa_path)
         if tokens.codec is not None:  # the ARPA's escaped words -> the tokens themselves
@@ -194,10 +234,11 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
     result = TrainResult(
         arpa_path=arpa_path,
         vocab_size=len(words),
-        ngram_counts=[len(t) for t in counts.orders],
+        ngram_counts=ngram_counts,
         timings=timer.timings,
         metrics=metrics,
-        parameters=model.info,
+        parameters=parameters,
+        peak_rss_mb=timer.peaks,
     )
     if not config.arpa_only:
         with timer.phase("write_folder_seconds"):

@@ -8,9 +8,10 @@ then has real counts like any other word.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,9 +30,15 @@ def select_vocabulary(
     (ties broken by first occurrence, so the result is deterministic).
     """
     counts = Counter(chain.from_iterable(sentences))  # insertion order = first occurrence
-    for special in SPECIAL:
-        counts.pop(special, None)
-    words = [w for w, c in counts.items() if c >= min_count]
+    return choose_words(counts, min_count=min_count, top_n=top_n)
+
+
+def choose_words(
+    counts: Mapping[str, int], *, min_count: int = 1, top_n: int | None = None
+) -> list[str]:
+    """`select_vocabulary` from word counts in first-occurrence order (the streaming reader
+    counts block by block, so it cannot hand over the sentences)."""
+    words = [w for w, c in counts.items() if c >= min_count and w not in SPECIAL]
     if top_n is not None and top_n < len(words):
         first_seen = {w: i for i, w in enumerate(words)}
         kept = set(sorted(words, key=lambda w: (-counts[w], first_seen[w]))[:top_n])
@@ -45,38 +52,56 @@ class EncodedCorpus:
 
     `ids[j]` is the word id at flat position j and `pos[j]` its position inside its sentence
     (0 for the `<s>`), so an n-gram of order k ends at j exactly when `pos[j] >= k - 1`.
-    `oov` marks corpus words that were mapped to `<unk>` (the markers are never OOV).
+    `oov` marks corpus words that were mapped to `<unk>` (the markers are never OOV). Ids and
+    positions are int32 (half the memory of int64): vocabularies and sentences stay far below
+    2**31.
     """
 
-    ids: npt.NDArray[np.int64]
-    pos: npt.NDArray[np.int64]
+    ids: npt.NDArray[np.int32]
+    pos: npt.NDArray[np.int32]
     oov: npt.NDArray[np.bool_]
     sentences: int
 
 
-def encode_corpus(sentences: Sequence[Sequence[str]], index: dict[str, int]) -> EncodedCorpus:
-    """Maps words to ids in one pass (dict lookups run in C via `map`), adding the markers."""
+def encode_sentences(
+    sentences: Sequence[Sequence[str]], index: Mapping[str, int]
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Each sentence as `<s> ids.. </s>` (int32, -1 for a word not in `index`), concatenated,
+    and each sentence's length with its markers. Dict lookups run in C via `map`."""
     n = len(sentences)
-    lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=n) + 2
-    total = int(lengths.sum())
-    # Where each sentence starts in the flat array.
+    lengths = np.fromiter(map(len, sentences), dtype=np.int32, count=n) + np.int32(2)
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
+    total = int(starts[-1]) + int(lengths[-1]) if n else 0
+    n_words = total - 2 * n
+    ids = np.empty(total, dtype=np.int32)
     is_word = np.ones(total, dtype=bool)
     is_word[starts] = False
     is_word[starts + lengths - 1] = False
-    n_words = total - 2 * n
-    word_ids = np.fromiter(
+    ids[is_word] = np.fromiter(
         map(index.get, chain.from_iterable(sentences), repeat(-1, n_words)),
-        dtype=np.int64,
+        dtype=np.int32,
         count=n_words,
     )
-    ids = np.empty(total, dtype=np.int64)
     ids[starts] = BOS_ID
     ids[starts + lengths - 1] = EOS_ID
-    oov = np.zeros(total, dtype=bool)
-    oov[is_word] = word_ids < 0
-    word_ids[word_ids < 0] = UNK_ID
-    ids[is_word] = word_ids
-    pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
-    return EncodedCorpus(ids=ids, pos=pos, oov=oov, sentences=n)
+    return ids, lengths
+
+
+def positions(lengths: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """Each token's position inside its sentence (0 for the `<s>`), from the lengths."""
+    total = int(lengths.sum(dtype=np.int64))
+    wide = np.int32 if total < 2**31 else np.int64  # int32 arithmetic when it cannot overflow
+    starts = np.zeros(len(lengths), dtype=wide)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    pos: npt.NDArray[np.signedinteger[Any]] = np.arange(total, dtype=wide)
+    pos -= np.repeat(starts, lengths)
+    return pos.astype(np.int32, copy=False)
+
+
+def encode_corpus(sentences: Sequence[Sequence[str]], index: Mapping[str, int]) -> EncodedCorpus:
+    """The sentences' ids and positions; words not in `index` become `<unk>`, marked `oov`."""
+    ids, lengths = encode_sentences(sentences, index)
+    oov = ids < 0
+    ids[oov] = UNK_ID
+    return EncodedCorpus(ids=ids, pos=positions(lengths), oov=oov, sentences=len(sentences))

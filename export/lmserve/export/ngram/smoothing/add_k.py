@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from lmserve.export.ngram.counting import NgramCounts
 from lmserve.export.ngram.smoothing.base import (
     BackoffModel,
     FloatArray,
@@ -21,6 +20,7 @@ from lmserve.export.ngram.smoothing.base import (
     per_context,
     predictable_words,
 )
+from lmserve.export.ngram.tables import NgramCounts
 from lmserve.export.ngram.vocab import BOS_ID
 
 

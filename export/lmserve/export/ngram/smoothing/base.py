@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.export.ngram.counting import NgramCounts
+from lmserve.export.ngram.tables import NgramCounts
 
 FloatArray = npt.NDArray[np.float64]
 

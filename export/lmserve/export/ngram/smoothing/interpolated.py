@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.export.ngram.counting import NgramCounts, locate
 from lmserve.export.ngram.smoothing.base import (
     BackoffModel,
     FloatArray,
@@ -27,6 +26,7 @@ from lmserve.export.ngram.smoothing.base import (
     lower_order_probs,
     predictable_words,
 )
+from lmserve.export.ngram.tables import NgramCounts, locate
 from lmserve.export.ngram.vocab import BOS_ID, EncodedCorpus
 
 _EPS = 1e-6

@@ -29,9 +29,7 @@ an adjusted count of 1, 2 or 3.
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
-from lmserve.export.ngram.counting import NgramCounts, is_bos_started
 from lmserve.export.ngram.smoothing.base import (
     BackoffModel,
     FloatArray,
@@ -40,31 +38,32 @@ from lmserve.export.ngram.smoothing.base import (
     per_context,
     predictable_words,
 )
+from lmserve.export.ngram.tables import IndexArray, NgramCounts, bos_range
 from lmserve.export.ngram.vocab import BOS_ID
 
-IntArray = npt.NDArray[np.int64]
 KENLM_FALLBACK = (0.5, 1.0, 1.5)
 
 
-def adjusted_counts(counts: NgramCounts) -> list[IntArray]:
+def adjusted_counts(counts: NgramCounts) -> list[IndexArray]:
     """Step 1: raw counts at the top order and for `<s>`-initial n-grams, else continuation
     counts (how many distinct n-grams of the next order end with this one)."""
-    adjusted: list[IntArray] = []
+    adjusted: list[IndexArray] = []
     top = counts.order
     for k, table in enumerate(counts.orders, start=1):
         if k == top:
             a = table.count.copy()
         else:
             longer = counts.orders[k]
-            continuation = np.bincount(longer.suffix, minlength=len(table)).astype(np.int64)
-            a = np.where(is_bos_started(table), table.count, continuation)
+            a = np.bincount(longer.suffix, minlength=len(table)).astype(table.count.dtype)
+            starts_with_bos = bos_range(counts, k)
+            a[starts_with_bos] = table.count[starts_with_bos]
         if k == 1:
             a[BOS_ID] = 0
         adjusted.append(a)
     return adjusted
 
 
-def count_of_counts(adjusted: IntArray, up_to: int = 4) -> list[int]:
+def count_of_counts(adjusted: IndexArray, up_to: int = 4) -> list[int]:
     """n_1 .. n_up_to: how many n-grams have adjusted count exactly j."""
     small = np.bincount(adjusted[(adjusted > 0) & (adjusted <= up_to)], minlength=up_to + 1)
     return [int(x) for x in small[1 : up_to + 1]]
@@ -153,5 +152,5 @@ def smooth_kneser_ney(
     return BackoffModel(counts=counts, probs=probs, backoffs=backoffs, info=info)
 
 
-def _all_n(adjusted: list[IntArray]) -> list[int]:
+def _all_n(adjusted: list[IndexArray]) -> list[int]:
     return [x for a in adjusted for x in count_of_counts(a)]

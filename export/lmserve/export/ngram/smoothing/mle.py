@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lmserve.export.ngram.counting import NgramCounts
 from lmserve.export.ngram.smoothing.base import BackoffModel, FloatArray, context_totals
+from lmserve.export.ngram.tables import NgramCounts
 from lmserve.export.ngram.vocab import BOS_ID
 
 
