@@ -5,8 +5,11 @@ number of n-grams per order, then per order lines `log10 p <TAB> w1 .. wk [<TAB>
 (the back-off column only below the highest order), then `\\end\\`. Impossible events (p = 0)
 are written as -99, KenLM's and SRILM's stand-in for log10 0.
 
-Speed: an n-gram's text is its context's text plus one word, built per order with one list
-comprehension; each line is formatted by a single `str.format` mapped over whole columns.
+Memory: orders are written as the model computes them (`BackoffModel.orders`), each in blocks
+of `BLOCK` lines: a block's words are found by following its n-grams' contexts down the tables
+(one gather per order, in order, since a sorted block's contexts ascend), and only that block's
+text exists as Python strings. Each line is formatted by a single `str.format` mapped over
+whole columns.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ from typing import TextIO
 
 import numpy as np
 
+from lmserve.export.ngram.progress import Progress
 from lmserve.export.ngram.smoothing.base import BackoffModel, FloatArray
+from lmserve.export.ngram.tables import IndexArray, NgramCounts
 
 LOG_ZERO = -99.0
+BLOCK = 1 << 16
 
 
 def log10_or_floor(values: FloatArray) -> list[float]:
@@ -30,39 +36,66 @@ def log10_or_floor(values: FloatArray) -> list[float]:
     return np.maximum(logs, LOG_ZERO).tolist()
 
 
-def _write(out: TextIO, model: BackoffModel, words: Sequence[str]) -> None:
+def ngram_words(counts: NgramCounts, k: int, start: int, stop: int) -> list[IndexArray]:
+    """The word ids of order-k n-grams start..stop-1, one array per position (first word
+    first), found by following the contexts down to the unigrams."""
+    table = counts.orders[k - 1]
+    columns = [table.word[start:stop]]
+    context = table.context[start:stop]
+    for lower in reversed(counts.orders[1 : k - 1]):
+        columns.append(lower.word[context])
+        context = lower.context[context]
+    if k > 1:
+        columns.append(context)  # a unigram's index is its word id
+    columns.reverse()
+    return columns
+
+
+def _names(words: Sequence[str], columns: list[IndexArray]) -> list[str]:
+    """Each n-gram's words joined by spaces."""
+    if len(columns) == 1:
+        return [words[w] for w in columns[0].tolist()]
+    texts = [[words[w] for w in column.tolist()] for column in columns]
+    return list(map(" ".join, zip(*texts, strict=True)))
+
+
+def _write(out: TextIO, model: BackoffModel, words: Sequence[str], progress: Progress) -> None:
     counts = model.counts
     out.write("\\data\\\n")
     for table in counts.orders:
         out.write(f"ngram {table.order}={len(table)}\n")
-    names: list[str] = list(words)
-    for table in counts.orders:
-        k = table.order
-        if k > 1:
-            previous = names
-            names = [
-                f"{previous[c]} {words[w]}"
-                for c, w in zip(table.context.tolist(), table.word.tolist(), strict=True)
-            ]
+    total = sum(len(t) for t in counts.orders)
+    written = 0
+    for k, probs, backoffs in model.orders():
         out.write(f"\n\\{k}-grams:\n")
-        probs = log10_or_floor(model.probs[k - 1])
-        if k < counts.order:
-            backoffs = log10_or_floor(model.backoffs[k - 1])
-            lines = map("{:.7g}\t{}\t{:.7g}\n".format, probs, names, backoffs)
-        else:
-            lines = map("{:.7g}\t{}\n".format, probs, names)
-        out.writelines(lines)
+        for start in range(0, len(probs), BLOCK):
+            stop = min(start + BLOCK, len(probs))
+            names = _names(words, ngram_words(counts, k, start, stop))
+            logs = log10_or_floor(probs[start:stop])
+            if backoffs is not None:
+                weights = log10_or_floor(backoffs[start:stop])
+                lines = map("{:.7g}\t{}\t{:.7g}\n".format, logs, names, weights)
+            else:
+                lines = map("{:.7g}\t{}\n".format, logs, names)
+            out.writelines(lines)
+            written += stop - start
+            progress.update(f"writing the ARPA: {written:,} of {total:,} n-grams "
+                            f"({100.0 * written / total:.0f}%)")  # fmt: skip
+        del probs, backoffs
     out.write("\n\\end\\\n")
 
 
-def write_arpa(model: BackoffModel, words: Sequence[str], path: Path) -> Path:
+def write_arpa(
+    model: BackoffModel, words: Sequence[str], path: Path, progress: Progress | None = None
+) -> Path:
     """Writes the ARPA file, gzipped (fastest level) when the name ends in `.gz`."""
+    progress = progress or Progress.silent()
     if path.suffix == ".gz":
         with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as out:
-            _write(out, model, words)
+            _write(out, model, words, progress)
     else:
         with path.open("w", encoding="utf-8") as out:
-            _write(out, model, words)
+            _write(out, model, words, progress)
     return path
 
 

@@ -217,7 +217,7 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
     config.model_dir.mkdir(parents=True, exist_ok=True)
     arpa_path = config.model_dir / ("model.arpa.gz" if config.gzip else "model.arpa")
     with timer.phase("write_arpa_seconds"):
-        write_arpa(model, tokens.arpa_names(words), arpa_path)
+        write_arpa(model, tokens.arpa_names(words), arpa_path, progress)
     parameters = model.info
     del model  # the tables go before the engine is built from the ARPA
     with timer.phase("build_seconds"):

@@ -28,25 +28,24 @@ def smooth_add_k(counts: NgramCounts, k_add: float = 1.0) -> BackoffModel:
     if k_add <= 0:
         raise ValueError(f"add-k needs k > 0, got {k_add}")
     vp = predictable_words(counts.vocab_size)
-    probs: list[FloatArray] = []
-    backoffs: list[FloatArray] = []
-    for k, table in enumerate(counts.orders, start=1):
+
+    def level(k: int, lower: FloatArray | None) -> tuple[FloatArray, FloatArray | None]:
+        table = counts.orders[k - 1]
         count = table.count.astype(np.float64)
         if k == 1:
             count[BOS_ID] = 0.0
             p = (count + k_add) / (count.sum() + k_add * vp)
             p[BOS_ID] = 0.0
-            probs.append(p)
-            continue
+            return p, None
         totals = context_totals(counts, k)
         p = (count + k_add) / (totals[table.context] + k_add * vp)
-        lower = lower_order_probs(counts, probs, k)
+        del count
         # Left-over mass of each context and the lower-order mass of its seen words.
         left = 1.0 - per_context(counts, k, p)
-        lower_seen = per_context(counts, k, lower)
+        lower_seen = per_context(counts, k, lower_order_probs(counts, lower, k))
         with np.errstate(divide="ignore", invalid="ignore"):
             weight = np.where(totals > 0, np.clip(left, 0.0, None) / (1.0 - lower_seen), 1.0)
         weight[~np.isfinite(weight)] = 0.0  # every word seen: nothing left to back off to
-        backoffs.append(weight)
-        probs.append(p)
-    return BackoffModel(counts=counts, probs=probs, backoffs=backoffs, info={"k": [k_add]})
+        return p, weight
+
+    return BackoffModel(counts=counts, level=level, info={"k": [k_add]})

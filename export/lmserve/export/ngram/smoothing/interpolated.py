@@ -135,16 +135,18 @@ def smooth_interpolated(
     if len(weights) != counts.order or not all(0.0 < w <= 1.0 for w in weights):
         raise ValueError(f"need {counts.order} weights in (0, 1], got {weights}")
     uniform = 1.0 / predictable_words(counts.vocab_size)
-    p1 = weights[0] * _ml_unigrams(counts) + (1 - weights[0]) * uniform
-    p1[BOS_ID] = 0.0
-    probs: list[FloatArray] = [p1]
-    for k in range(2, counts.order + 1):
+    chosen = weights
+
+    def level(k: int, lower: FloatArray | None) -> tuple[FloatArray, FloatArray | None]:
+        lam = chosen[k - 1]
+        if k == 1:
+            p1 = lam * _ml_unigrams(counts) + (1 - lam) * uniform
+            p1[BOS_ID] = 0.0
+            return p1, None
         table = counts.orders[k - 1]
-        ml = table.count / context_totals(counts, k)[table.context]
-        lam = weights[k - 1]
-        probs.append(lam * ml + (1 - lam) * lower_order_probs(counts, probs, k))
-    backoffs = [
-        np.where(context_totals(counts, k + 1) > 0, 1.0 - weights[k], 1.0)
-        for k in range(1, counts.order)
-    ]
-    return BackoffModel(counts=counts, probs=probs, backoffs=backoffs, info={"weights": weights})
+        totals = context_totals(counts, k)
+        ml = table.count / totals[table.context]
+        probs = lam * ml + (1 - lam) * lower_order_probs(counts, lower, k)
+        return probs, np.where(totals > 0, 1.0 - lam, 1.0)
+
+    return BackoffModel(counts=counts, level=level, info={"weights": weights})

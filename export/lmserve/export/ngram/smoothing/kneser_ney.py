@@ -33,7 +33,7 @@ import numpy as np
 from lmserve.export.ngram.smoothing.base import (
     BackoffModel,
     FloatArray,
-    context_totals,
+    blocks,
     lower_order_probs,
     per_context,
     predictable_words,
@@ -44,23 +44,20 @@ from lmserve.export.ngram.vocab import BOS_ID
 KENLM_FALLBACK = (0.5, 1.0, 1.5)
 
 
-def adjusted_counts(counts: NgramCounts) -> list[IndexArray]:
-    """Step 1: raw counts at the top order and for `<s>`-initial n-grams, else continuation
-    counts (how many distinct n-grams of the next order end with this one)."""
-    adjusted: list[IndexArray] = []
-    top = counts.order
-    for k, table in enumerate(counts.orders, start=1):
-        if k == top:
-            a = table.count.copy()
-        else:
-            longer = counts.orders[k]
-            a = np.bincount(longer.suffix, minlength=len(table)).astype(table.count.dtype)
-            starts_with_bos = bos_range(counts, k)
-            a[starts_with_bos] = table.count[starts_with_bos]
-        if k == 1:
-            a[BOS_ID] = 0
-        adjusted.append(a)
-    return adjusted
+def adjusted_counts(counts: NgramCounts, k: int) -> IndexArray:
+    """Step 1 for order k: raw counts at the top order and for `<s>`-initial n-grams, else
+    continuation counts (how many distinct n-grams of the next order end with this one)."""
+    table = counts.orders[k - 1]
+    if k == counts.order:
+        a = table.count.copy()
+    else:
+        longer = counts.orders[k]
+        a = np.bincount(longer.suffix, minlength=len(table)).astype(table.count.dtype)
+        starts_with_bos = bos_range(counts, k)
+        a[starts_with_bos] = table.count[starts_with_bos]
+    if k == 1:
+        a[BOS_ID] = 0
+    return a
 
 
 def count_of_counts(adjusted: IndexArray, up_to: int = 4) -> list[int]:
@@ -112,45 +109,55 @@ def smooth_kneser_ney(
     modified: bool = True,
     discount_fallback: tuple[float, float, float] | None = None,
 ) -> BackoffModel:
-    adjusted = adjusted_counts(counts)
-    uniform = 1.0 / predictable_words(counts.vocab_size)
-    probs: list[FloatArray] = []
-    gammas: list[FloatArray] = []
-    all_discounts: list[float] = []
+    """The discounts of every order now (they fail early, and go in `info`); each order's
+    probabilities when the writer asks for them (`BackoffModel.orders`)."""
+    discounts: list[list[float]] = []
+    all_n: list[int] = []
     fallback_orders: list[float] = []
-    for k, table in enumerate(counts.orders, start=1):
-        a = adjusted[k - 1]
-        discounts, fell_back = order_discounts(
-            count_of_counts(a), k, modified=modified, fallback=discount_fallback
-        )
-        d1, d2, d3 = discounts
+    for k in range(1, counts.order + 1):
+        n = count_of_counts(adjusted_counts(counts, k))
+        order_d, fell_back = order_discounts(n, k, modified=modified, fallback=discount_fallback)
         if fell_back:
             fallback_orders.append(float(k))
-        all_discounts += [d1, d2, d3]
+        discounts.append(order_d)
+        all_n += n
+    uniform = 1.0 / predictable_words(counts.vocab_size)
+
+    def level(k: int, lower: FloatArray | None) -> tuple[FloatArray, FloatArray | None]:
+        table = counts.orders[k - 1]
+        a = adjusted_counts(counts, k)
         # Discount by count bucket: a = 0 (only <unk>, <s> unigrams) loses nothing.
-        discount = np.array([0.0, d1, d2, d3])[np.minimum(a, 3)]
+        by_bucket = np.array([0.0, *discounts[k - 1]])
+
+        def discount(part: slice) -> FloatArray:
+            return by_bucket[np.minimum(a[part], 3)]
+
         denominator = per_context(counts, k, a)
-        freed = per_context(counts, k, discount)
+        gamma = per_context(counts, k, discount)  # the freed mass, then gamma in place
+        empty = denominator == 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            gamma = np.where(denominator > 0, freed / denominator, 1.0)
-        u = (a - discount) / denominator[table.context]
-        lower = uniform if k == 1 else lower_order_probs(counts, probs, k)
-        p = u + gamma[table.context] * lower
+            gamma /= denominator
+        gamma[empty] = 1.0
+        del empty
+        p = np.empty(len(table), dtype=np.float64)
+        for part in blocks(len(table)):
+            context = table.context[part]
+            u = (a[part] - discount(part)) / denominator[context]
+            lower_p = uniform if k == 1 else lower_order_probs(counts, lower, k, part)
+            u += gamma[context] * lower_p
+            p[part] = u
+        del denominator
         if k == 1:
             p[BOS_ID] = 0.0
-        probs.append(p)
-        gammas.append(gamma)
-    # gamma of order k+1's contexts = back-off weights of order k's n-grams; 1 for non-contexts.
-    backoffs = [
-        np.where(context_totals(counts, k + 1) > 0, gammas[k], 1.0) for k in range(1, counts.order)
-    ]
+            return p, None
+        # gamma of order k's contexts = back-off weights of order k-1. A context no n-gram
+        # follows has gamma 1 already (denominator 0); every n-gram that follows one has an
+        # adjusted count of at least 1, so a listed context never has denominator 0.
+        return p, gamma
+
     info = {
-        "discounts": all_discounts,
-        "count_of_counts": [float(x) for x in _all_n(adjusted)],
+        "discounts": [d for order_d in discounts for d in order_d],
+        "count_of_counts": [float(x) for x in all_n],
         "fallback_orders": fallback_orders,
     }
-    return BackoffModel(counts=counts, probs=probs, backoffs=backoffs, info=info)
-
-
-def _all_n(adjusted: list[IndexArray]) -> list[int]:
-    return [x for a in adjusted for x in count_of_counts(a)]
+    return BackoffModel(counts=counts, level=level, info=info)

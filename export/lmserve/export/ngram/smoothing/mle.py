@@ -15,15 +15,16 @@ from lmserve.export.ngram.vocab import BOS_ID
 
 
 def smooth_mle(counts: NgramCounts) -> BackoffModel:
-    probs: list[FloatArray] = []
-    for k, table in enumerate(counts.orders, start=1):
+    def level(k: int, lower: FloatArray | None) -> tuple[FloatArray, FloatArray | None]:
+        table = counts.orders[k - 1]
         count = table.count.astype(np.float64)
         if k == 1:
             count[BOS_ID] = 0.0  # <s> is never predicted
         totals = context_totals(counts, k) if k > 1 else np.array([count.sum()])
-        probs.append(count / totals[table.context])
-    # A seen context has weight 0; contexts never followed by anything are never used (1).
-    backoffs = [
-        np.where(context_totals(counts, k + 1) > 0, 0.0, 1.0) for k in range(1, counts.order)
-    ]
-    return BackoffModel(counts=counts, probs=probs, backoffs=backoffs)
+        probs = count / totals[table.context]
+        if k == 1:
+            return probs, None
+        # A seen context has weight 0; contexts never followed by anything are never used (1).
+        return probs, np.where(totals > 0, 0.0, 1.0)
+
+    return BackoffModel(counts=counts, level=level)
