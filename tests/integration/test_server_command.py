@@ -27,6 +27,8 @@ def imported_repository(tmp_path_factory: pytest.TempPathFactory, shared_data: P
         ["import-arpa", str(arpa), str(root / "small"), "--name", "imported", "--lowercase"]
     )
     assert code == 0
+    quantized = ["import-arpa", str(arpa), str(root / "small-q8"), "--name", "imported-q8"]
+    assert main([*quantized, "--lowercase", "--quantize"]) == 0
     return root
 
 
@@ -107,6 +109,16 @@ def test_serve_answers_and_stops_on_sigterm(imported_repository: Path) -> None:
             stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
             result = stub.Score(pb.ScoreRequest(model="imported", texts=["A Little"])).results[0]
             assert result.token_count == 3 and result.oov_count == 0  # lowercased by the model
+            # The quantized copy: its stated error bound holds, and GetModel says both layouts.
+            exact = stub.GetModel(pb.GetModelRequest(model="imported")).model.ngram_storage
+            storage = stub.GetModel(pb.GetModelRequest(model="imported-q8")).model.ngram_storage
+            assert (exact.layout, storage.layout) == ("probing", "probing-q8")
+            # KenLM's test model has few distinct values an order: quantized without error.
+            assert exact.max_token_error == storage.max_token_error == 0.0
+            assert list(exact.ngram_counts) == list(storage.ngram_counts) == [37, 47, 11, 6, 4]
+            assert storage.bytes < exact.bytes
+            near = stub.Score(pb.ScoreRequest(model="imported-q8", texts=["A Little"])).results[0]
+            assert near.log_prob == pytest.approx(result.log_prob, abs=1e-6)
             with pytest.raises(grpc.RpcError) as err:
                 stub.Score(pb.ScoreRequest(model="imported", texts=["a", "b", "c"]))
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

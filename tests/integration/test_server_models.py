@@ -44,8 +44,15 @@ def test_get_model_reports_everything(stub: lm_service_pb2_grpc.LanguageModelSer
     assert info.provenance.metrics["test_perplexity"] == pytest.approx(12.5)
     assert info.description == "kjv3 for the integration tests"
 
+    storage = info.ngram_storage
+    assert storage.layout == "probing" and len(storage.ngram_counts) == 3
+    assert storage.ngram_counts[0] == info.vocab_size and min(storage.ngram_counts) > 0
+    assert 18 < storage.bytes_per_ngram < 24  # KenLM's probing footprint: 24 and 18 bytes
+    assert storage.max_prob_error == storage.max_token_error == 0.0
+
     arpa = stub.GetModel(pb.GetModelRequest(model="test-arpa")).model
     assert (arpa.format, arpa.order, arpa.state) == (pb.MODEL_FORMAT_ARPA, 5, pb.MODEL_STATE_READY)
+    assert not arpa.HasField("ngram_storage")  # compiled from ARPA text: no binary to describe
 
 
 @pytest.mark.parametrize(

@@ -394,6 +394,28 @@ def test_distributions_equal_next_token_log_probs(
         )
 
 
+def test_bigram_lists_lose_no_word(models: tuple[NgramModel, NgramModel]) -> None:
+    """The distributions look up only the bigram list's words after a context; a Scorer without
+    the lists looks the whole vocabulary up, and must give the very same rows."""
+    c = models[1]
+    whole_vocabulary = kernel_module.Scorer(*c._scorer_args()[:7])
+    rng = random.Random(11)
+    contexts = [[], *_random_contexts(rng, c, 120)]
+    offsets = np.array([0, *np.cumsum([len(x) for x in contexts])], dtype=np.int64)
+    ids = np.array([i for x in contexts for i in x], dtype=np.int32)
+    want = np.empty((len(contexts), len(c.vocab)), np.float32)
+    whole_vocabulary.distributions(ids, offsets, True, want)
+    np.testing.assert_array_equal(c.next_token_log_probs_batch(contexts), want)
+    start, words = c.tables.bigram_start, c.tables.bigram_words
+    assert len(words) == c.tables.tables[0].n_entries and start[-1] == len(words)
+    with pytest.raises(ValueError, match="bigram lists"):
+        kernel_module.Scorer(*c._scorer_args()[:7], start[:-1], words)
+    with pytest.raises(ValueError, match="bigram lists"):
+        kernel_module.Scorer(*c._scorer_args()[:7], start, words[:-1])
+    with pytest.raises(TypeError, match="both"):
+        kernel_module.Scorer(*c._scorer_args()[:7], start)
+
+
 def test_distributions_are_normalised_and_shared_rows_equal(
     models: tuple[NgramModel, NgramModel],
 ) -> None:

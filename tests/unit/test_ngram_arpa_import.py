@@ -42,6 +42,11 @@ def assert_same_model(got: NgramTables, want: NgramTables, texts: list[list[str]
     np.testing.assert_array_equal(got.uni_prob, want.uni_prob)
     np.testing.assert_array_equal(got.uni_backoff, want.uni_backoff)
     assert [t.n_entries for t in got.tables] == [t.n_entries for t in want.tables]
+    # The bigram lists: the same words after each word (their order follows the slots).
+    np.testing.assert_array_equal(got.bigram_start, want.bigram_start)
+    for w in range(0, len(got.vocab), max(1, len(got.vocab) // 500)):
+        lo, hi = int(got.bigram_start[w]), int(got.bigram_start[w + 1])
+        assert sorted(got.bigram_words[lo:hi]) == sorted(want.bigram_words[lo:hi])
     assert [t.final for t in got.tables] == [k == got.order for k in range(2, got.order + 1)]
     a, b = NgramModel(got), NgramModel(want)
     batch = encode_token_lists(texts, a.vocab)

@@ -156,3 +156,17 @@ def test_older_binary_falls_back_to_the_arpa_copy(
     assert load_model_folder_binary(folder, manifest).score(batch).totals.tolist() == (
         model.score(batch).totals.tolist()
     )
+
+
+def test_damaged_bigram_lists_are_refused(tmp_path: Path) -> None:
+    """Next-word distributions read the bigram lists: offsets that leave the list are refused
+    when loading, not met inside the C kernel."""
+    path = tmp_path / "m.lmbin"
+    NgramModel.from_arpa(FIXTURES / "toy.arpa").save(path)
+    data = bytearray(path.read_bytes())
+    header = json.loads(data[24 : 24 + int.from_bytes(data[12:16], "little")])
+    start = next(e for e in header["arrays"] if e["name"] == "bigram_start")
+    data[start["offset"] + 4 * 2] = 0xFF  # one offset past the end of the list
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match="bigram lists"):
+        NgramModel.load(path)

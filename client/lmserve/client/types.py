@@ -160,6 +160,20 @@ class Provenance:
 
 
 @dataclass(frozen=True, slots=True)
+class NgramStorage:
+    """How an n-gram model is stored: `layout` "probing" (exact) or "probing-q8" (8-bit
+    quantized values), size, and quantization's largest errors (nats; 0 when exact)."""
+
+    layout: str
+    ngram_counts: tuple[int, ...]
+    bytes: int
+    bytes_per_ngram: float
+    max_prob_error: float
+    max_backoff_error: float
+    max_token_error: float
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """What the server says about one model. `kind`/`format`/`state` are lowercase names
     (`ngram`, `ngram_binary`, `ready`); `capabilities` holds the names of the enabled ones."""
@@ -180,6 +194,7 @@ class ModelInfo:
     provenance: Provenance
     load_error: str
     description: str
+    ngram_storage: NgramStorage | None = None  # n-gram models only
 
     @property
     def ready(self) -> bool:
@@ -221,7 +236,23 @@ class ModelInfo:
             ),
             load_error=msg.load_error,
             description=msg.description,
+            ngram_storage=_ngram_storage(msg),
         )
+
+
+def _ngram_storage(msg: pb.ModelInfo) -> NgramStorage | None:
+    if not msg.HasField("ngram_storage"):
+        return None
+    s = msg.ngram_storage
+    return NgramStorage(
+        layout=s.layout,
+        ngram_counts=tuple(s.ngram_counts),
+        bytes=s.bytes,
+        bytes_per_ngram=s.bytes_per_ngram,
+        max_prob_error=s.max_prob_error,
+        max_backoff_error=s.max_backoff_error,
+        max_token_error=s.max_token_error,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,7 +162,7 @@ class Provenance(_message.Message):
     def __init__(self, training_corpus: _Optional[str] = ..., trained_by: _Optional[str] = ..., created: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "version", "kind", "format", "order", "num_layers", "hidden_size", "embedding_size", "vocab_size", "tokenizer", "special_tokens", "capabilities", "provenance", "state", "load_error", "description")
+    __slots__ = ("name", "version", "kind", "format", "order", "num_layers", "hidden_size", "embedding_size", "vocab_size", "tokenizer", "special_tokens", "capabilities", "provenance", "state", "load_error", "description", "ngram_storage")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,7 @@ class ModelInfo(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     LOAD_ERROR_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    NGRAM_STORAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     kind: ModelKind
@@ -195,7 +196,26 @@ class ModelInfo(_message.Message):
     state: ModelState
     load_error: str
     description: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., format: _Optional[_Union[ModelFormat, str]] = ..., order: _Optional[int] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., embedding_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., special_tokens: _Optional[_Union[SpecialTokens, _Mapping]] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., load_error: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+    ngram_storage: NgramStorage
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., format: _Optional[_Union[ModelFormat, str]] = ..., order: _Optional[int] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., embedding_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., special_tokens: _Optional[_Union[SpecialTokens, _Mapping]] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., load_error: _Optional[str] = ..., description: _Optional[str] = ..., ngram_storage: _Optional[_Union[NgramStorage, _Mapping]] = ...) -> None: ...
+
+class NgramStorage(_message.Message):
+    __slots__ = ("layout", "ngram_counts", "bytes", "bytes_per_ngram", "max_prob_error", "max_backoff_error", "max_token_error")
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    NGRAM_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_NGRAM_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROB_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_BACKOFF_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKEN_ERROR_FIELD_NUMBER: _ClassVar[int]
+    layout: str
+    ngram_counts: _containers.RepeatedScalarFieldContainer[int]
+    bytes: int
+    bytes_per_ngram: float
+    max_prob_error: float
+    max_backoff_error: float
+    max_token_error: float
+    def __init__(self, layout: _Optional[str] = ..., ngram_counts: _Optional[_Iterable[int]] = ..., bytes: _Optional[int] = ..., bytes_per_ngram: _Optional[float] = ..., max_prob_error: _Optional[float] = ..., max_backoff_error: _Optional[float] = ..., max_token_error: _Optional[float] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()

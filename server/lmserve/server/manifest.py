@@ -19,7 +19,7 @@ import hashlib
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -80,9 +80,25 @@ class SpecialTokensSpec(_Strict):
     pad: str | None = None
 
 
+class NgramStorage(_Strict):
+    """How an n-gram binary stores its model (what GetModel reports as `ngram_storage`)."""
+
+    # "probing": exact float32 values; "probing-q8": 8-bit values (`import-arpa --quantize`).
+    layout: Literal["probing", "probing-q8"] = "probing"
+    counts: list[int] = Field(default_factory=list)  # per order, as the ARPA declared them
+    bytes: int = Field(default=0, ge=0)  # the tables' bytes
+    bytes_per_ngram: float = Field(default=0.0, ge=0)
+    # Quantization's largest error on any log-prob and backoff, and its bound on any token's
+    # log-prob, in nats (0 when exact).
+    max_prob_error: float = Field(default=0.0, ge=0)
+    max_backoff_error: float = Field(default=0.0, ge=0)
+    max_token_error: float = Field(default=0.0, ge=0)
+
+
 class NgramSpec(_Strict):
     order: int = Field(ge=1)
     smoothing: str | None = None
+    storage: NgramStorage | None = None
 
 
 class Provenance(_Strict):

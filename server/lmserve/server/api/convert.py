@@ -49,6 +49,19 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
     info.description = manifest.description
     arch = manifest.architecture
     info.order = manifest.ngram.order if manifest.ngram else int(arch.get("order", 0))
+    storage = manifest.ngram.storage if manifest.ngram else None
+    if storage is not None:
+        info.ngram_storage.CopyFrom(
+            pb.NgramStorage(
+                layout=storage.layout,
+                ngram_counts=storage.counts,
+                bytes=storage.bytes,
+                bytes_per_ngram=storage.bytes_per_ngram,
+                max_prob_error=storage.max_prob_error,
+                max_backoff_error=storage.max_backoff_error,
+                max_token_error=storage.max_token_error,
+            )
+        )
     info.num_layers = int(arch.get("num_layers", 0))
     info.hidden_size = int(arch.get("hidden_size", 0))
     info.embedding_size = int(arch.get("embedding_size", 0))

@@ -28,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--copy-arpa", action="store_true", help="also keep a copy of the ARPA file in the folder"
     )
+    parser.add_argument(
+        "--quantize",
+        action="store_true",
+        help="store 8-bit log-probs and backoffs (about 7-9 bytes per n-gram instead of 22); "
+        "the largest error this allows is written to the manifest and reported by GetModel",
+    )
 
 
 def written_atomically(model_dir: Path, write: Callable[[Path], T]) -> T:
@@ -80,6 +86,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"lmserve import-arpa: {exc}", file=sys.stderr)
         return 1
     progress.done(f"built the model: order {model.order}, {len(model.vocab):,} words")
+    if args.quantize:
+        tables = model.tables.quantize()
+        model = NgramModel(tables)
+        prob, backoff = tables.max_value_errors()
+        print(
+            f"quantized: {tables.nbytes() / max(1, tables.n_entries()):.1f} bytes per n-gram, "
+            f"largest error {prob:.4f} nats a log-prob, {backoff:.4f} a backoff, "
+            f"{tables.max_token_error():.4f} a token at most",
+            file=sys.stderr,
+        )
     try:
         manifest = written_atomically(
             model_dir,

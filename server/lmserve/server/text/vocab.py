@@ -6,6 +6,7 @@ live here, below the backends, so the text layer never imports a backend.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,11 +27,16 @@ class Vocabulary:
     """
 
     words: tuple[str, ...]
-    index: dict[str, int]
     unk_id: int
     bos_id: int
     eos_id: int
     pad_id: int = -1
+
+    @functools.cached_property
+    def index(self) -> dict[str, int]:
+        """Word -> id, built on first use: a large model's load stays a memory map (a 60k-word
+        dict alone takes ~5 ms), and the C word encoder has an index of its own."""
+        return dict(zip(self.words, range(len(self.words)), strict=True))
 
     @classmethod
     def from_words(
@@ -41,13 +47,23 @@ class Vocabulary:
         bos: str = "<s>",
         eos: str = "</s>",
         pad: str | None = None,
+        distinct: bool = False,
     ) -> Vocabulary:
-        index = {w: i for i, w in enumerate(words)}
+        """`distinct=True`: the caller vouches that no word repeats (an ARPA import has checked
+        it), so the index is left to be built when first used."""
+        words = tuple(words)
+        missing = [w for w in (unk, bos, eos, pad) if w is not None and w not in words]
+        if missing:
+            raise ValueError(f"the vocabulary lacks {missing[0]!r}")
+        if distinct:
+            ids = [words.index(w) if w is not None else -1 for w in (unk, bos, eos, pad)]
+            return cls(words, *ids)
+        vocab = cls(words, -1, -1, -1)
+        index = vocab.index
         if len(index) != len(words):
             raise ValueError("vocabulary has duplicate words")
         return cls(
-            words=tuple(words),
-            index=index,
+            words,
             unk_id=index[unk],
             bos_id=index[bos],
             eos_id=index[eos],

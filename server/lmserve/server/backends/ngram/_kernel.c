@@ -33,10 +33,11 @@
  * the table shapes that keep every probe inside its array. `Scorer.score` then only
  * checks the per-call inputs (ids in the vocabulary, offsets monotone, output sizes).
  *
- * Next-token distributions (`Scorer.distributions`) look every vocabulary word up after the
- * context, order by order, as the scoring passes do (KenLM has no other index either): the model
- * keeps no per-context lists of children, which would cost more bytes per n-gram than the
- * probing tables themselves.
+ * Next-token distributions (`Scorer.distributions`) look words up after the context, order by
+ * order, as the scoring passes do. The candidates are the words of the bigrams after the
+ * context's last word (`bigram_start`/`bigram_words`, 4 bytes a bigram): every suffix of an
+ * entry is an entry, so no other word can match any longer context either. Per-context lists
+ * of every order's children would cost more bytes per n-gram than the probing tables.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -63,7 +64,10 @@ typedef struct {
     const double *uni_prob;
     const double *uni_backoff; /* NULL when order == 1 */
     Order orders[MAX_ORDER + 1]; /* orders[k] describes order k (k >= 2) */
-    Py_buffer views[2 + MAX_ORDER];
+    /* The words of the bigrams after word w: bigram_words[bigram_start[w] ..
+     * bigram_start[w + 1]] (NULL: distributions look the whole vocabulary up). */
+    const uint32_t *bigram_start, *bigram_words;
+    Py_buffer views[4 + 3 * MAX_ORDER]; /* unigrams, bigram lists; per order table, levels */
     int n_views;
 } ScorerObject;
 
@@ -180,19 +184,76 @@ check_tuple(PyObject *t, Py_ssize_t n, const char *what)
     return 0;
 }
 
+/* A compact order's layout (`compact.CompactTable.kernel_layout`): (word_bits, key_bits,
+ * low_bits, disp_bits, prob_levels, backoff_levels), the levels float32[256] (backoff_levels
+ * empty for the highest order). Returns 0, or -1 with an exception set. */
+static int
+init_compact(ScorerObject *self, Order *o, PyObject *layout, int final, int k)
+{
+    unsigned word_bits, key_bits, low_bits, disp_bits;
+    PyObject *prob_levels, *backoff_levels;
+    if (!PyArg_ParseTuple(layout, "IIIIOO;a compact layout", &word_bits, &key_bits, &low_bits,
+                          &disp_bits, &prob_levels, &backoff_levels)) {
+        return -1;
+    }
+    const unsigned value_bits = final ? 8 : 16;
+    if (key_bits < 1 || key_bits > 62 || word_bits >= key_bits || low_bits < 1 ||
+        low_bits > key_bits || disp_bits < 1 || low_bits + disp_bits + value_bits > 64 ||
+        (1ULL << word_bits) < (uint64_t)self->vocab_size) {
+        PyErr_Format(PyExc_ValueError, "order %d: malformed compact layout", k);
+        return -1;
+    }
+    Py_ssize_t n;
+    o->prob_levels = scorer_view(self, prob_levels, 'f', 4, &n, "prob_levels");
+    if (!o->prob_levels) {
+        return -1;
+    }
+    if (n != 256) {
+        PyErr_Format(PyExc_ValueError, "order %d: 256 prob levels expected", k);
+        return -1;
+    }
+    o->backoff_levels = scorer_view(self, backoff_levels, 'f', 4, &n, "backoff_levels");
+    if (!o->backoff_levels) {
+        return -1;
+    }
+    if (n != (final ? 0 : 256)) {
+        PyErr_Format(PyExc_ValueError, "order %d: %d backoff levels expected", k, final ? 0 : 256);
+        return -1;
+    }
+    if (final) {
+        o->backoff_levels = NULL;
+    }
+    o->compact = 1;
+    o->word_bits = word_bits;
+    o->key_bits = key_bits;
+    o->low_bits = low_bits;
+    o->disp_bits = disp_bits;
+    o->value_shift = low_bits + disp_bits;
+    o->key_mask = (1ULL << key_bits) - 1;
+    o->low_mask = (1ULL << low_bits) - 1;
+    o->disp_mask = (1ULL << disp_bits) - 1;
+    const unsigned slot_bits = low_bits + disp_bits + value_bits;
+    o->stride = (slot_bits + 7) / 8;
+    o->slot_mask = o->stride >= 8 ? ~0ULL : (1ULL << (8 * o->stride)) - 1;
+    return 0;
+}
+
 static int
 Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"uni_prob", "uni_backoff", "tables", "n_home",
-                             "bos_id",   "eos_id",      NULL};
-    PyObject *uni_prob, *uni_backoff, *tables, *homes;
+    static char *kwlist[] = {"uni_prob", "uni_backoff", "tables",       "n_home",
+                             "bos_id",   "eos_id",      "layouts",      "bigram_start",
+                             "bigram_words", NULL};
+    PyObject *uni_prob, *uni_backoff, *tables, *homes, *layouts = Py_None;
+    PyObject *bigram_start = Py_None, *bigram_words = Py_None;
     int bos_id, eos_id;
     if (self->n_views) {
         PyErr_SetString(PyExc_RuntimeError, "Scorer is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii", kwlist, &uni_prob, &uni_backoff,
-                                     &tables, &homes, &bos_id, &eos_id)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii|OOO", kwlist, &uni_prob, &uni_backoff,
+                                     &tables, &homes, &bos_id, &eos_id, &layouts, &bigram_start,
+                                     &bigram_words)) {
         return -1;
     }
     if (!PyTuple_Check(tables)) {
@@ -204,7 +265,8 @@ Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "order %zd is above the limit of %d", order, MAX_ORDER);
         return -1;
     }
-    if (check_tuple(homes, order - 1, "n_home") < 0) {
+    if (check_tuple(homes, order - 1, "n_home") < 0 ||
+        (layouts != Py_None && check_tuple(layouts, order - 1, "layouts") < 0)) {
         return -1;
     }
     self->order = (int)order;
@@ -250,15 +312,53 @@ Scorer_init(ScorerObject *self, PyObject *args, PyObject *kwds)
          * last slot empty, and slot indices (the next order's key prefixes) below 2**32 - 1. */
         o->slots = raw;
         o->stride = k == order ? FINAL_SLOT_BYTES : CONTEXT_SLOT_BYTES;
-        o->n_slots = (int64_t)(n_bytes / (Py_ssize_t)o->stride);
-        if (n_bytes % (Py_ssize_t)o->stride || o->n_slots < 2 ||
-            (uint64_t)o->n_slots >= kEmpty >> 32 || n_home < 1 ||
+        PyObject *layout = layouts == Py_None ? Py_None : PyTuple_GET_ITEM(layouts, k - 2);
+        Py_ssize_t padding = 0;
+        if (layout != Py_None) {
+            if (init_compact(self, o, layout, k == order, (int)k) < 0) {
+                return -1;
+            }
+            padding = 8; /* every slot can be read as a uint64 */
+        }
+        o->n_slots = (int64_t)((n_bytes - padding) / (Py_ssize_t)o->stride);
+        o->n_home = (uint64_t)n_home;
+        if (n_bytes < padding || (n_bytes - padding) % (Py_ssize_t)o->stride ||
+            o->n_slots < 2 || (uint64_t)o->n_slots >= kEmpty >> 32 || n_home < 1 ||
             n_home >= (unsigned long long)o->n_slots ||
-            slot_key(o, (uint64_t)o->n_slots - 1) != kEmpty) {
+            !slot_empty(o, (uint64_t)o->n_slots - 1)) {
             PyErr_Format(PyExc_ValueError, "order %zd: malformed probing table", k);
             return -1;
         }
-        o->n_home = (uint64_t)n_home;
+    }
+    self->bigram_start = NULL;
+    self->bigram_words = NULL;
+    if ((bigram_start == Py_None) != (bigram_words == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "give both bigram_start and bigram_words, or neither");
+        return -1;
+    }
+    if (bigram_start != Py_None && order > 1) {
+        Py_ssize_t n_start, n_words;
+        const uint32_t *start =
+            scorer_view(self, bigram_start, 'u', 4, &n_start, "bigram_start");
+        if (!start) {
+            return -1;
+        }
+        const uint32_t *words = scorer_view(self, bigram_words, 'u', 4, &n_words, "bigram_words");
+        if (!words) {
+            return -1;
+        }
+        /* Offsets that stay inside `words`; the words themselves are checked where read. */
+        int ok = n_start == self->vocab_size + 1 && start[0] == 0 &&
+                 (Py_ssize_t)start[n_start - 1] == n_words;
+        for (Py_ssize_t i = 0; ok && i + 1 < n_start; i++) {
+            ok = start[i] <= start[i + 1];
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "malformed bigram lists");
+            return -1;
+        }
+        self->bigram_start = start;
+        self->bigram_words = words;
     }
     return 0;
 }
@@ -330,7 +430,7 @@ find_order(const ScorerObject *s, Scratch *sc, int k, Py_ssize_t n_pos)
         if (lead[p] || prev[p - 1] == kMiss || prev[p] == kMiss) {
             continue;
         }
-        const uint64_t key = ((uint64_t)prev[p - 1] << 32) | word[p];
+        const uint64_t key = order_key(o, prev[p - 1], word[p]);
         sc->pos[n] = (uint32_t)p;
         sc->key[n] = key;
         sc->home[n] = home_slot(o, key);
@@ -562,13 +662,14 @@ context_window(const ScorerObject *s, const int32_t *ctx, Py_ssize_t n, int bos,
 /* log P(w | window) for every w into `row` (float32[V]), as `NgramModel.next_token_log_probs`:
  * the unigram log-prob plus the backoffs of every context entry; then, order by order, the
  * words w for which the context entry of length j is followed by w (an order-(j+1) entry),
- * written with that entry's log-prob plus the backoffs of the longer context entries. Every
- * suffix of an entry is an entry, so only the words found after the length-j context are looked
- * up after the length-(j+1) one; the longest match writes last. `word` and `home` are scratch of
- * V items. Sums in float64. */
+ * written with that entry's log-prob plus the backoffs of the longer context entries. Only the
+ * bigram list's words can follow the length-1 entry, and every suffix of an entry is an entry,
+ * so only the words found after the length-j context are looked up after the length-(j+1) one;
+ * the longest match writes last. `word`, `key` and `home` are scratch of V items. Sums in
+ * float64. */
 static void
 distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float *row,
-                 uint32_t *word, uint64_t *home)
+                 uint32_t *word, uint64_t *key, uint64_t *home)
 {
     const int n_keep = s->order - 1;
     /* found[0]: the word; found[j-1] for j >= 2: the slot of the order-j entry ending here. */
@@ -581,7 +682,7 @@ distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float
         const int n_try = n_found < n_keep - 1 ? n_found : n_keep - 1;
         for (int j = 0; j < n_try; j++) {
             const Order *o = &s->orders[j + 2];
-            const uint64_t key = ((uint64_t)found[j] << 32) | w;
+            const uint64_t key = order_key(o, found[j], w);
             const int64_t slot = probe(o, key, home_slot(o, key));
             if (slot < 0) {
                 break;
@@ -608,20 +709,31 @@ distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float
     for (Py_ssize_t w = 0; w < v; w++) {
         row[w] = (float)(uni[w] + total);
     }
-    Py_ssize_t n_words = v;
-    for (Py_ssize_t w = 0; w < v; w++) {
-        word[w] = (uint32_t)w;
+    /* The candidates: the words of the bigrams after the context's last word. */
+    Py_ssize_t n_words = 0;
+    if (n_found > 0 && s->bigram_start) {
+        const uint32_t lo = s->bigram_start[found[0]], hi = s->bigram_start[found[0] + 1];
+        for (uint32_t i = lo; i < hi; i++) {
+            if ((Py_ssize_t)s->bigram_words[i] < v) { /* a damaged file's word is skipped */
+                word[n_words++] = s->bigram_words[i];
+            }
+        }
+    } else if (n_found > 0) {
+        for (Py_ssize_t w = 0; w < v; w++) {
+            word[n_words++] = (uint32_t)w;
+        }
     }
     for (int j = 0; j < n_found && n_words > 0; j++) {
         /* After the context entry of order j+1: order j+2. */
         const Order *o = &s->orders[j + 2];
-        const uint64_t prefix = (uint64_t)found[j] << 32;
+        const uint64_t prefix = found[j];
         double longer = 0.0;
         for (int i = j + 1; i < n_found; i++) {
             longer += backoff[i];
         }
         for (Py_ssize_t i = 0; i < n_words; i++) {
-            home[i] = home_slot(o, prefix | word[i]);
+            key[i] = order_key(o, prefix, word[i]);
+            home[i] = home_slot(o, key[i]);
         }
         for (Py_ssize_t i = 0; i < n_words && i < PREFETCH_AHEAD; i++) {
             __builtin_prefetch(slot_address(o, home[i]));
@@ -632,7 +744,7 @@ distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float
                 __builtin_prefetch(slot_address(o, home[i + PREFETCH_AHEAD]));
             }
             const uint32_t w = word[i];
-            const int64_t slot = probe(o, prefix | w, home[i]);
+            const int64_t slot = probe(o, key[i], home[i]);
             if (slot >= 0) {
                 row[w] = (float)((double)slot_prob(o, (uint64_t)slot) + longer);
                 word[n_next++] = w;
@@ -652,6 +764,7 @@ typedef struct {
     Py_ssize_t *table; /* [mask + 1]: a filled row, or -1 */
     uint64_t mask;
     uint32_t *word; /* [V]: `distribution_row`'s scratch */
+    uint64_t *key;  /* [V] */
     uint64_t *home; /* [V] */
 } Dedup;
 
@@ -667,8 +780,9 @@ dedup_alloc(Dedup *d, Py_ssize_t n_rows, Py_ssize_t vocab)
     d->lengths = PyMem_Malloc((size_t)n_rows * sizeof(int) + 1);
     d->table = PyMem_Malloc((size_t)cap * sizeof(Py_ssize_t));
     d->word = PyMem_Malloc((size_t)vocab * sizeof(uint32_t) + 1);
+    d->key = PyMem_Malloc((size_t)vocab * sizeof(uint64_t) + 1);
     d->home = PyMem_Malloc((size_t)vocab * sizeof(uint64_t) + 1);
-    if (!d->windows || !d->lengths || !d->table || !d->word || !d->home) {
+    if (!d->windows || !d->lengths || !d->table || !d->word || !d->key || !d->home) {
         PyErr_NoMemory();
         return -1;
     }
@@ -683,6 +797,7 @@ dedup_free(Dedup *d)
     PyMem_Free(d->lengths);
     PyMem_Free(d->table);
     PyMem_Free(d->word);
+    PyMem_Free(d->key);
     PyMem_Free(d->home);
 }
 
@@ -715,7 +830,7 @@ distributions_batch(const ScorerObject *s, const int32_t *id, const int64_t *off
             memcpy(row, out + same * v, (size_t)v * sizeof(float));
         } else {
             d->table[at] = b;
-            distribution_row(s, window, n_win, row, d->word, d->home);
+            distribution_row(s, window, n_win, row, d->word, d->key, d->home);
         }
     }
 }

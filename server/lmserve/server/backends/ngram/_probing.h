@@ -30,13 +30,29 @@
 static const uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
 static const uint64_t kEmpty = ~0ULL; /* never a key: slot indices stay below 2**32 - 1 */
 
-/* One order k >= 2: its probing table. */
+/* One order k >= 2: its probing table, exact or compact (quantized: `compact.py`). */
 typedef struct {
     const unsigned char *slots;
     uint64_t n_home;  /* home slots: [0, n_home); n_home < n_slots */
     int64_t n_slots;  /* the last one is empty */
-    size_t stride;    /* CONTEXT_SLOT_BYTES, or FINAL_SLOT_BYTES for the highest order */
+    size_t stride;    /* bytes a slot */
+    /* A compact order: keys `prefix << word_bits | word`, `key_bits` wide, hashed by a bijection
+     * `mix`; a slot holds the hash's low `low_bits` bits, its displacement from its home + 1
+     * (`disp_bits`; 0: empty), an 8-bit prob level and, below the highest order, a backoff
+     * level. Its array is padded so that every slot can be read as one uint64. */
+    int compact;
+    unsigned word_bits, key_bits, low_bits, disp_bits, value_shift;
+    uint64_t key_mask, low_mask, disp_mask, slot_mask;
+    const float *prob_levels, *backoff_levels; /* 256 each; backoff_levels NULL when final */
 } Order;
+
+static inline uint64_t
+compact_word(const Order *o, uint64_t slot)
+{
+    uint64_t v;
+    memcpy(&v, o->slots + slot * o->stride, sizeof v);
+    return v & o->slot_mask;
+}
 
 static inline uint64_t
 slot_key(const Order *o, uint64_t slot)
@@ -49,6 +65,9 @@ slot_key(const Order *o, uint64_t slot)
 static inline float
 slot_prob(const Order *o, uint64_t slot)
 {
+    if (o->compact) {
+        return o->prob_levels[(compact_word(o, slot) >> o->value_shift) & 0xff];
+    }
     float prob;
     memcpy(&prob, o->slots + slot * o->stride + 8, sizeof prob);
     return prob;
@@ -58,6 +77,11 @@ slot_prob(const Order *o, uint64_t slot)
 static inline float
 slot_backoff(const Order *o, uint64_t slot)
 {
+    if (o->compact) {
+        return o->backoff_levels
+                   ? o->backoff_levels[(compact_word(o, slot) >> (o->value_shift + 8)) & 0xff]
+                   : 0.0f;
+    }
     float backoff = 0.0f;
     if (o->stride == CONTEXT_SLOT_BYTES) {
         memcpy(&backoff, o->slots + slot * o->stride + 12, sizeof backoff);
@@ -71,19 +95,47 @@ slot_address(const Order *o, uint64_t slot)
     return o->slots + slot * o->stride;
 }
 
+/* The lookup key of the entry (prefix slot, word): exact, the key itself; compact, its hash. */
+static inline uint64_t
+order_key(const Order *o, uint64_t prefix, uint32_t word)
+{
+    if (o->compact) {
+        const uint64_t k = (prefix << o->word_bits) | word;
+        const uint64_t x = k ^ (k >> (o->key_bits / 2 > 0 ? o->key_bits / 2 : 1));
+        return (x * kMultiplier) & o->key_mask;
+    }
+    return (prefix << 32) | word;
+}
+
 static inline uint64_t
 home_slot(const Order *o, uint64_t key)
 {
+    if (o->compact) {
+        return (uint64_t)(((unsigned __int128)key * o->n_home) >> o->key_bits);
+    }
     uint64_t mixed = (key * kMultiplier) >> 32;
     return (mixed * o->n_home) >> 32; /* < n_home: mixed < 2**32 */
 }
 
-/* The slot holding `key`, probing from `slot` (its home), or -1. Stops at the first empty slot;
- * the table's last slot is empty, so the walk stays inside it. */
+/* The slot holding `key` (`order_key`), probing from `home`, or -1. Stops at the first empty
+ * slot; the table's last slot is empty, so the walk stays inside it. */
 static inline int64_t
-probe(const Order *o, uint64_t key, uint64_t slot)
+probe(const Order *o, uint64_t key, uint64_t home)
 {
-    for (;;) {
+    if (o->compact) {
+        const uint64_t low = key & o->low_mask;
+        for (uint64_t slot = home;; slot++) {
+            const uint64_t v = compact_word(o, slot);
+            const uint64_t disp1 = (v >> o->low_bits) & o->disp_mask;
+            if (disp1 == 0) {
+                return -1;
+            }
+            if (slot - (disp1 - 1) == home && (v & o->low_mask) == low) {
+                return (int64_t)slot;
+            }
+        }
+    }
+    for (uint64_t slot = home;; slot++) {
         uint64_t got = slot_key(o, slot);
         if (got == key) {
             return (int64_t)slot;
@@ -91,8 +143,17 @@ probe(const Order *o, uint64_t key, uint64_t slot)
         if (got == kEmpty) {
             return -1;
         }
-        slot++;
     }
+}
+
+/* Whether `slot` is empty. */
+static inline int
+slot_empty(const Order *o, uint64_t slot)
+{
+    if (o->compact) {
+        return ((compact_word(o, slot) >> o->low_bits) & o->disp_mask) == 0;
+    }
+    return slot_key(o, slot) == kEmpty;
 }
 
 #endif

@@ -139,4 +139,4 @@ def _stream(
             for k, (raw, n_home) in enumerate(tables, start=2)
         ],
         fill_ins=list(fill_ins),
-    )
+    ).with_bigram_lists()

@@ -11,7 +11,10 @@ so loading is an `mmap` plus a header check, a few milliseconds for any size of 
 Arrays (`tables.NgramTables`): `vocab` (the words, UTF-8, joined by newlines: ARPA words never
 hold whitespace), `uni_prob` and `uni_backoff` (float32 by word id), and for each order k >= 2
 its probing table `table.k`, the slots as bytes (16 per slot, 12 in the highest order; see
-`hashing.ProbingTable`) with `n_home[k-1]` home slots. Per-array crc32s are checked only when
+`hashing.ProbingTable`) with `n_home[k-1]` home slots. A quantized model (`compact.py`) has
+`compact[k-2]` in the header (the order's slot layout and largest errors) and its levels in
+`prob_levels.k` / `backoff_levels.k` (float32[256]). `bigram_start` and `bigram_words` (uint32)
+list each word's bigrams (`tables.NgramTables`). Per-array crc32s are checked only when
 asked (`verify=True`): the registry already checks the file's sha256 against the manifest.
 
 Versions: 1 held bucketed hash tables; 2 held the probing tables beside per-order sorted arrays
@@ -34,8 +37,9 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from lmserve.server.backends.ngram.compact import CompactLayout, CompactTable, Quantization
 from lmserve.server.backends.ngram.hashing import ProbingTable, slot_dtype
-from lmserve.server.backends.ngram.tables import NgramTables
+from lmserve.server.backends.ngram.tables import NgramTables, ScoringTable
 from lmserve.server.errors import ModelLoadError
 
 MAGIC = b"LMSNGRAM"
@@ -65,8 +69,33 @@ def _named_arrays(t: NgramTables) -> list[tuple[str, np.ndarray[Any, Any]]]:
         ("vocab", vocab),
         ("uni_prob", t.uni_prob),
         ("uni_backoff", t.uni_backoff),
+        ("bigram_start", t.bigram_start),
+        ("bigram_words", t.bigram_words),
     ]
-    out += [(f"table.{k}", table.raw) for k, table in enumerate(t.tables, start=2)]
+    for k, table in enumerate(t.tables, start=2):
+        out.append((f"table.{k}", table.raw))
+        if isinstance(table, CompactTable):
+            out.append((f"prob_levels.{k}", table.quantization.prob_levels))
+            if not table.final:
+                out.append((f"backoff_levels.{k}", table.quantization.backoff_levels))
+    return out
+
+
+def _layouts(t: NgramTables) -> list[dict[str, Any] | None]:
+    """Per order 2..N: None (exact slots) or the compact layout and its largest errors."""
+    out: list[dict[str, Any] | None] = []
+    for table in t.tables:
+        if isinstance(table, CompactTable):
+            q = table.quantization
+            out.append(
+                {
+                    **table.layout.as_header(),
+                    "max_prob_error": q.max_prob_error,
+                    "max_backoff_error": q.max_backoff_error,
+                }
+            )
+        else:
+            out.append(None)
     return out
 
 
@@ -85,6 +114,7 @@ def save_tables(t: NgramTables, path: Path) -> str:
         "counts": t.counts,
         "fill_ins": t.fill_ins,
         "n_home": [0] + [table.n_home for table in t.tables],
+        "compact": _layouts(t),
         "arrays": entries,
     }
     # The header's length depends on the offsets in it: lay out with a generous fixed budget.
@@ -194,6 +224,34 @@ def _view(buf: mmap.mmap, entry: dict[str, Any], where: str, verify: bool) -> np
     return arr.reshape(shape)
 
 
+def _compact_table(
+    raw: npt.NDArray[Any],
+    layout: dict[str, Any],
+    arrays: dict[str, npt.NDArray[Any]],
+    k: int,
+    where: str,
+) -> CompactTable:
+    try:
+        lay = CompactLayout(
+            word_bits=int(layout["word_bits"]),
+            key_bits=int(layout["key_bits"]),
+            n_home=int(layout["n_home"]),
+            low_bits=int(layout["low_bits"]),
+            disp_bits=int(layout["disp_bits"]),
+            has_backoff=bool(layout["has_backoff"]),
+        )
+        empty = np.zeros(0, dtype=np.float32)
+        q = Quantization(
+            prob_levels=arrays[f"prob_levels.{k}"],
+            backoff_levels=arrays[f"backoff_levels.{k}"] if lay.has_backoff else empty,
+            max_prob_error=float(layout["max_prob_error"]),
+            max_backoff_error=float(layout["max_backoff_error"]),
+        )
+        return CompactTable(raw, lay, q)
+    except (KeyError, ValueError) as exc:
+        raise ModelLoadError(where, f"order {k} quantized table is malformed", f"{exc}") from exc
+
+
 def _assemble(
     header: dict[str, Any], arrays: dict[str, npt.NDArray[Any]], where: str
 ) -> NgramTables:
@@ -208,9 +266,13 @@ def _assemble(
     # Cheap consistency checks, so that a damaged file fails here and not inside a lookup.
     if len(uni_prob) != len(vocab) or len(uni_backoff) != len(vocab):
         raise ModelLoadError(where, "vocabulary and unigram arrays differ in length")
-    tables: list[ProbingTable] = []
+    tables: list[ScoringTable] = []
+    compact = header.get("compact") or [None] * (order - 1)
     for k in range(2, order + 1):
         raw = arrays[f"table.{k}"]
+        if compact[k - 2] is not None:
+            tables.append(_compact_table(raw, compact[k - 2], arrays, k, where))
+            continue
         dtype = slot_dtype(k == order)
         if raw.dtype != np.uint8 or raw.ndim != 1 or len(raw) % dtype.itemsize:
             raise ModelLoadError(where, f"order {k} scoring table is malformed")
@@ -218,11 +280,23 @@ def _assemble(
             tables.append(ProbingTable(raw.view(dtype), int(header["n_home"][k - 1])))
         except ValueError as exc:
             raise ModelLoadError(where, f"order {k} scoring table is malformed", f"{exc}") from exc
+    start, words = arrays["bigram_start"], arrays["bigram_words"]
+    if (
+        start.dtype != np.uint32
+        or words.dtype != np.uint32
+        or len(start) != len(vocab) + 1
+        or start[0] != 0
+        or start[-1] != len(words)
+        or np.any(start[1:] < start[:-1])
+    ):
+        raise ModelLoadError(where, "the bigram lists are malformed")
     return NgramTables(
         vocab=vocab,
         counts=counts,
         uni_prob=uni_prob,
         uni_backoff=uni_backoff,
         tables=tables,
+        bigram_start=start,
+        bigram_words=words,
         fill_ins=[int(n) for n in header.get("fill_ins", [0] * order)],
     )

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from lmserve.server.backends.ngram.arpa import ArpaModel
 from lmserve.server.backends.ngram.hashing import HashTable, build_probing_tables, make_keys
-from lmserve.server.backends.ngram.tables import BOS, EOS, UNK, NgramTables
+from lmserve.server.backends.ngram.tables import BOS, EOS, UNK, NgramTables, ScoringTable
 from lmserve.server.errors import ArpaFormatError
 
 LN10 = math.log(10.0)
@@ -156,7 +156,7 @@ def build_tables(arpa: ArpaModel, name: str = "<arpa>") -> NgramTables:
         fill_ins.append(int(np.count_nonzero(r.lines < 0)))
         del r
     fill_ins[0] = 0  # an appended <unk> is not a fill-in
-    probing = build_probing_tables(probs, backoffs, words, child_start)
+    probing: list[ScoringTable] = list(build_probing_tables(probs, backoffs, words, child_start))
     return NgramTables(
         vocab=vocab,
         counts=list(arpa.counts),
@@ -164,7 +164,7 @@ def build_tables(arpa: ArpaModel, name: str = "<arpa>") -> NgramTables:
         uni_backoff=backoffs[0] if backoffs else np.zeros(len(vocab), dtype=np.float32),
         tables=probing,
         fill_ins=fill_ins,
-    )
+    ).with_bigram_lists()
 
 
 def _unique_rows(words: I32) -> I32:

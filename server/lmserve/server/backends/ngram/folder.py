@@ -13,6 +13,7 @@ from lmserve.server.manifest import (
     ModelKind,
     ModelManifest,
     NgramSpec,
+    NgramStorage,
     Provenance,
     TokenizerSpec,
     sha256_of,
@@ -34,6 +35,21 @@ def load_model_folder_binary(
     folder = Path(folder)
     arpa = manifest.file_path(folder, "arpa") if "arpa" in manifest.files else None
     return NgramModel.load(manifest.file_path(folder, "model"), kernel=kernel, arpa_fallback=arpa)
+
+
+def storage_of(model: NgramModel) -> NgramStorage:
+    """What the manifest says of the binary: layout, size, and quantization's errors."""
+    tables = model.tables
+    prob_error, backoff_error = tables.max_value_errors()
+    return NgramStorage(
+        layout="probing-q8" if tables.quantized else "probing",
+        counts=list(tables.counts),
+        bytes=tables.nbytes(),
+        bytes_per_ngram=round(tables.nbytes() / max(1, tables.n_entries()), 3),
+        max_prob_error=prob_error,
+        max_backoff_error=backoff_error,
+        max_token_error=tables.max_token_error(),
+    )
 
 
 def write_model_folder(
@@ -76,7 +92,7 @@ def write_model_folder(
         description=description,
         files=files,
         tokenizer=tokenizer,
-        ngram=NgramSpec(order=model.order, smoothing=smoothing),
+        ngram=NgramSpec(order=model.order, smoothing=smoothing, storage=storage_of(model)),
         provenance=provenance,
     )
     write_manifest(out_dir, manifest)

@@ -221,6 +221,26 @@ class ProbingTable:
             todo, slot, want = todo[walk], slot[walk] + 1, want[walk]
         return out
 
+    # The lookups the model makes of any table (this one, or `compact.CompactTable`).
+    def find(self, prefix: I64, word: I64) -> I64:
+        """Slots of the entries (prefix slot, word), -1 where absent."""
+        return self.lookup(make_keys(prefix, word))
+
+    def get_entry(self, prefix: int, word: int) -> int:
+        return self.get((prefix << 32) | word)
+
+    def probs(self, slots: I64) -> npt.NDArray[np.float32]:
+        return self.slots["prob"][slots]
+
+    def backoffs(self, slots: I64) -> npt.NDArray[np.float32]:
+        if self.final:
+            return np.zeros(len(slots), dtype=np.float32)
+        return self.slots["backoff"][slots]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.slots.nbytes)
+
     def get(self, key: int) -> int:
         """One key's slot (-1 if absent), in plain Python (for the few words of a context)."""
         slot_keys = self._keys

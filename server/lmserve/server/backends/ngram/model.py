@@ -38,8 +38,8 @@ import numpy.typing as npt
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
 from lmserve.server.backends.ngram.arpa import Progress
 from lmserve.server.backends.ngram.arpa_import import import_arpa
-from lmserve.server.backends.ngram.hashing import ProbingTable, make_keys
-from lmserve.server.backends.ngram.tables import BOS, EOS, UNK, NgramTables
+from lmserve.server.backends.ngram.compact import CompactTable
+from lmserve.server.backends.ngram.tables import BOS, EOS, UNK, NgramTables, ScoringTable
 
 try:
     from lmserve.server.backends.ngram import _kernel
@@ -69,11 +69,12 @@ class NgramModel:
     def __init__(self, tables: NgramTables, *, kernel: Kernel | None = None) -> None:
         self._t = tables
         self.order: int = tables.order
-        self._vocab = Vocabulary.from_words(tables.vocab, unk=UNK, bos=BOS, eos=EOS)
+        # The import refused duplicate unigrams: the word index can wait for its first use.
+        self._vocab = Vocabulary.from_words(tables.vocab, unk=UNK, bos=BOS, eos=EOS, distinct=True)
         # float64 copies of the small unigram arrays: gathered for every token.
         self._uni_prob = tables.uni_prob.astype(np.float64)
         self._uni_backoff = tables.uni_backoff.astype(np.float64)
-        self._tables: list[ProbingTable] = list(tables.tables)
+        self._tables: list[ScoringTable] = list(tables.tables)
         self._c: _kernel.Scorer | None = None
         self.kernel: Kernel = kernel or DEFAULT_KERNEL
         if self.kernel == "c":
@@ -91,6 +92,9 @@ class NgramModel:
             tuple(t.n_home for t in self._tables),
             self._vocab.bos_id,
             self._vocab.eos_id,
+            tuple(t.kernel_layout() if isinstance(t, CompactTable) else None for t in self._tables),
+            self._t.bigram_start,
+            self._t.bigram_words,
         )
 
     # -- construction -------------------------------------------------------------------------
@@ -268,21 +272,23 @@ class NgramModel:
         pos = np.flatnonzero(~first[1:]) + 1
         prev: npt.NDArray[np.integer[Any]] = tokens[pos - 1]
         # prev: the order-(k-1) entry ending at pos-1 (a word id for k = 2, else a slot).
-        prev_backoff = self._uni_backoff
         for k in range(2, n_order + 1):
-            slots = self._tables[k - 2].slots
-            entry = self._tables[k - 2].lookup(make_keys(prev, tokens[pos]))
+            table = self._tables[k - 2]
+            entry = table.find(prev.astype(np.int64), tokens[pos])
             hit = entry >= 0
             pos, entry, prev = pos[hit], entry[hit], prev[hit]
             if len(pos) == 0:
                 break
-            extended[pos] += prev_backoff[prev]
-            log_probs[pos] = slots["prob"][entry]
+            if k == 2:
+                below = self._uni_backoff[prev]
+            else:
+                below = self._tables[k - 3].backoffs(prev.astype(np.int64))
+            extended[pos] += below
+            log_probs[pos] = table.probs(entry)
             matched[pos] = k
             if k == n_order:
                 break
-            prev_backoff = slots["backoff"]
-            found_backoff[pos] += prev_backoff[entry]
+            found_backoff[pos] += table.backoffs(entry)
             nxt = pos + 1
             more = nxt < len(tokens)
             more[more] = ~first[nxt[more]]
@@ -307,7 +313,7 @@ class NgramModel:
         for word in window:
             now = [word]
             for k, prev in enumerate(found[: n_keep - 1], start=2):
-                slot = self._tables[k - 2].get((prev << 32) | word)
+                slot = self._tables[k - 2].get_entry(prev, word)
                 if slot < 0:
                     break
                 now.append(slot)
@@ -317,7 +323,8 @@ class NgramModel:
     def next_token_log_probs(self, context: Sequence[int], *, bos: bool = True) -> FloatArray:
         """log P(w | [<s>] context) in nats for every vocabulary id w (shape [len(vocab)]).
 
-        Every word is looked up after each context entry, shortest first, as long as it keeps
+        The words of the bigrams after the context's last word (`NgramTables.bigram_words`)
+        are looked up after each longer context entry, shortest first, as long as they keep
         matching (every suffix of an entry is an entry): the longest match writes last. The C
         kernel does it with prefetching (its float32 row, widened); numpy in vectorised rounds.
         """
@@ -329,16 +336,22 @@ class NgramModel:
         found = self.context_slots(context, bos=bos)
         backoffs = [float(self._uni_backoff[found[0]])] if found else []
         backoffs += [
-            float(self._tables[j - 1].slots["backoff"][s]) for j, s in enumerate(found) if j
+            float(self._tables[j - 1].backoffs(np.array([s], dtype=np.int64))[0])
+            for j, s in enumerate(found)
+            if j
         ]
         out = self._uni_prob + sum(backoffs)
-        words = np.arange(len(out), dtype=np.int64)
+        if not found:
+            return out
+        # The words that may follow: those of the bigrams after the context's last word.
+        start, last = self._t.bigram_start, found[0]
+        words = self._t.bigram_words[start[last] : start[last + 1]].astype(np.int64)
         for j, slot in enumerate(found):
             table = self._tables[j]
-            hit = table.lookup(make_keys(np.full(len(words), slot, dtype=np.int64), words))
+            hit = table.find(np.full(len(words), slot, dtype=np.int64), words)
             keep = hit >= 0
             words = words[keep]
-            out[words] = table.slots["prob"][hit[keep]] + sum(backoffs[j + 1 :])
+            out[words] = table.probs(hit[keep]) + sum(backoffs[j + 1 :])
         return out
 
     def next_token_log_probs_batch(
