@@ -3,6 +3,7 @@ module, on synthetic ARPA models of 10M (and, by flag, 50M and 100M) n-grams (JS
 
     python bench/bench_ngram_scale.py                       # 10M
     python bench/bench_ngram_scale.py --sizes 10M 50M 100M  # ARPAs cached in bench/results/cache/
+    python bench/bench_ngram_scale.py --quantize            # and the 8-bit form (a third column)
 
 For each size the ARPA comes from `synthetic_arpa.py` (5-gram, 60k words, seed 1; generated once
 and cached with its 10,000 test sentences: half from the generator's corpus, half fresh Zipf draws,
@@ -33,15 +34,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import synthetic_arpa  # noqa: E402
 from common import CACHE_DIR, REPO_ROOT, count_words, emit, log, quick, record  # noqa: E402
+from scale_children import ChildResult, run_guarded  # noqa: E402
+
+CHILDREN = str(Path(__file__).resolve().with_name("scale_children.py"))
 
 SCALE_CACHE = CACHE_DIR / "scale"
 TEST_SENTENCES = 10_000
@@ -59,221 +59,6 @@ RUN_SECONDS = 0.5  # a warm run scores the sentences this long at least
 
 def label(n: int) -> str:
     return f"{n / 1e6:g}M" if n >= 10**6 else f"{n / 1e3:g}k"
-
-
-def _maxrss_mb() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-# -- children (fresh processes; each prints one JSON object on stdout) --------------------------
-
-
-def child_lmserve(folder: Path, sentences: Path, check: int, runs: int) -> dict[str, Any]:
-    """Load the folder as the registry does, then score cold, warm, and one distribution."""
-    sys.path.insert(0, str(REPO_ROOT / "server"))
-    import numpy as np
-
-    from lmserve.server.backends.ngram import NgramModel
-    from lmserve.server.manifest import read_manifest, verify_files
-    from lmserve.server.registry.loaders import load_backend
-    from lmserve.server.text.word import encode_token_lists
-
-    lines = sentences.read_text(encoding="utf-8").splitlines()
-    token_lists = [line.split() for line in lines]
-    base_rss = _maxrss_mb()
-    start = time.perf_counter()
-    manifest = read_manifest(folder)
-    model = load_backend(folder, manifest)
-    load_s = time.perf_counter() - start
-    assert isinstance(model, NgramModel)
-    encoded = [
-        encode_token_lists(token_lists[i : i + BATCH], model.vocab)
-        for i in range(0, len(token_lists), BATCH)
-    ]
-
-    def score_all() -> None:
-        for enc in encoded:
-            model.score(enc)
-
-    cold_s = _timed(score_all)
-    passes, warm = _warm_runs(score_all, runs)
-    check_batch = encode_token_lists(token_lists[:check], model.vocab)
-    totals = model.score(check_batch).totals.tolist()
-
-    # One full next-word distribution: after <s>, and after a few sentences' first words.
-    contexts: list[list[int]] = [[]] + [
-        encode_token_lists([t[:3]], model.vocab).ids.tolist() for t in token_lists[:3]
-    ]
-    start = time.perf_counter()
-    model.next_token_log_probs(contexts[1])
-    first_next_ms = (time.perf_counter() - start) * 1e3
-    next_ms = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(5):
-            for ctx in contexts:
-                out = model.next_token_log_probs(ctx)
-        next_ms.append((time.perf_counter() - start) * 1e3 / (5 * len(contexts)))
-    assert np.isfinite(out).all()
-    peak_before_verify = _maxrss_mb()
-    verify_s = _timed(lambda: verify_files(folder, manifest))
-    return {
-        "load_s": load_s,
-        "cold_s": cold_s,
-        "warm_s": warm,
-        "passes": passes,
-        "next_ms": next_ms,
-        "first_next_ms": first_next_ms,
-        "vocab": len(model.vocab),
-        "totals": totals,
-        "verify_s": verify_s,
-        "base_rss_mb": base_rss,
-        "peak_rss_mb": peak_before_verify,
-    }
-
-
-def child_kenlm(arpa: Path, sentences: Path, check: int, runs: int) -> dict[str, Any]:
-    import kenlm
-
-    lines = sentences.read_text(encoding="utf-8").splitlines()
-    base_rss = _maxrss_mb()
-    start = time.perf_counter()
-    model = kenlm.Model(str(arpa))
-    load_s = time.perf_counter() - start
-    load_rss = _maxrss_mb()
-
-    def score_all() -> None:
-        for line in lines:
-            model.score(line, bos=True, eos=True)
-
-    cold_s = _timed(score_all)
-    passes, warm = _warm_runs(score_all, runs)
-    # The reference: full_scores' per-word log10s summed in double (`score` sums in float32,
-    # which alone moved totals by up to 1.2e-4 nats at 50M).
-    ln10 = math.log(10)
-    totals = [
-        math.fsum(p for p, _, _ in model.full_scores(line, bos=True, eos=True)) * ln10
-        for line in lines[:check]
-    ]
-    score_totals = [model.score(line, bos=True, eos=True) * ln10 for line in lines[:check]]
-    # A full next-word distribution through the state API, over the ARPA's unigrams.
-    words = []
-    with arpa.open(encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("\\1-grams:"):
-                break
-        for line in f:
-            if not line.strip():
-                break
-            words.append(line.split("\t")[1].strip())
-    state, out = kenlm.State(), kenlm.State()
-    model.BeginSentenceWrite(state)
-    next_ms = []
-    for _ in range(max(1, runs // 2)):
-        start = time.perf_counter()
-        for w in words:
-            model.BaseScore(state, w, out)
-        next_ms.append((time.perf_counter() - start) * 1e3)
-    return {
-        "load_s": load_s,
-        "cold_s": cold_s,
-        "warm_s": warm,
-        "passes": passes,
-        "next_ms": next_ms,
-        "vocab": len(words),
-        "totals": totals,
-        "score_totals": score_totals,
-        "base_rss_mb": base_rss,
-        "load_rss_mb": load_rss,
-        "peak_rss_mb": _maxrss_mb(),
-    }
-
-
-def _timed(fn: Any) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def _warm_runs(fn: Any, runs: int) -> tuple[int, list[float]]:
-    """Seconds per pass of `runs` runs, each of enough passes to last RUN_SECONDS."""
-    one = _timed(fn)  # warm-up, and the pass count
-    passes = max(1, math.ceil(RUN_SECONDS / max(one, 1e-6)))
-    seconds = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(passes):
-            fn()
-        seconds.append((time.perf_counter() - start) / passes)
-    return passes, seconds
-
-
-# -- the parent ---------------------------------------------------------------------------------
-
-
-@dataclass
-class ChildResult:
-    returncode: int
-    seconds: float
-    peak_rss_mb: float
-    killed_for_rss: bool
-    output: dict[str, Any] | None
-    stderr_tail: str
-
-
-def run_guarded(cmd: list[str], limit_mb: float, what: str) -> ChildResult:
-    """Runs `cmd`, polling its RSS (with its children's); kills it past `limit_mb`. Peak RSS is
-    the child's `ru_maxrss` (wait4)."""
-    import psutil
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=REPO_ROOT)
-        killed = False
-        polled = 0.0
-        ps = psutil.Process(proc.pid)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            try:
-                rss = ps.memory_info().rss + sum(
-                    c.memory_info().rss for c in ps.children(recursive=True)
-                )
-            except psutil.Error:
-                rss = 0
-            polled = max(polled, rss / 2**20)
-            if polled > limit_mb and not killed:
-                log(f"  {what}: RSS {polled:,.0f} MB passed the {limit_mb:,.0f} MB limit: killed")
-                for c in ps.children(recursive=True):
-                    c.kill()
-                proc.kill()
-                killed = True
-            time.sleep(0.02)
-        seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode("utf-8", "replace")
-        stderr = err.read().decode("utf-8", "replace")
-    output = None
-    if proc.returncode == 0 and stdout.strip().startswith("{"):
-        try:  # one JSON object, on its own or as the last line
-            output = json.loads(stdout)
-        except json.JSONDecodeError:
-            output = json.loads(stdout.strip().splitlines()[-1])
-    elif proc.returncode != 0 and not killed:
-        log(f"  {what} failed ({proc.returncode}): {stderr[-2000:]}")
-    return ChildResult(
-        proc.returncode,
-        seconds,
-        max(usage.ru_maxrss / 1024.0, polled),
-        killed,
-        output,
-        stderr[-2000:],
-    )
 
 
 def arpa_path(n: int, order: int, vocab: int, seed: int) -> Path:
@@ -462,7 +247,7 @@ def measure_size(
             ours["peak RSS, MB"] += f" ({imp.peak_rss_mb * 2**20 / size:.2f}x binary)"
         log(f"[{lab}] lmserve load and score ...")
         res = run_guarded(
-            [sys.executable, __file__, "lmserve", str(folder), str(sentences)],
+            [sys.executable, CHILDREN, "lmserve", str(folder), str(sentences)],
             limit_mb,
             "lmserve scoring",
         )
@@ -474,7 +259,7 @@ def measure_size(
 
     log(f"[{lab}] KenLM load and score ...")
     kres = run_guarded(
-        [sys.executable, __file__, "kenlm", str(arpa), str(sentences)], limit_mb, "kenlm"
+        [sys.executable, CHILDREN, "kenlm", str(arpa), str(sentences)], limit_mb, "kenlm"
     )
     k = kres.output
     if k is not None:
@@ -598,6 +383,102 @@ def measure_size(
         ours["max score diff, nats"] = f"{worst:.1e} ({verdict}, {len(diffs)} sentences)"
     if not args.keep_models and folder.exists():
         shutil.rmtree(folder)
+    if args.quantize:
+        exact_totals = o["totals"] if o is not None else None
+        measure_quantized(arpa, sentences, ngrams, words, exact_totals, k, args, limit_mb, table)
+
+
+def measure_quantized(
+    arpa: Path,
+    sentences: Path,
+    ngrams: int,
+    words: int,
+    exact_totals: list[float] | None,
+    ken: dict[str, Any] | None,
+    args: argparse.Namespace,
+    limit_mb: float,
+    table: dict[str, dict[str, str]],
+) -> None:
+    """`import-arpa --quantize` (8-bit values): import, size, scoring, and its scores beside the
+    exact model's, against the error bound its manifest states."""
+    import yaml
+
+    lab = label(args.current_size)
+    prefix = f"scale_{lab}_q8"
+    col: dict[str, str] = {}
+    table[f"{lab} lmserve q8"] = col
+    folder = arpa.with_name(arpa.name.removesuffix(".arpa") + ".lmserve-q8")
+    if folder.exists():
+        shutil.rmtree(folder)
+    log(f"[{lab}] lmserve import-arpa --quantize ...")
+    command = [*lmserve_command(), "import-arpa", "--quantize", str(arpa), str(folder)]
+    imp = run_guarded(command, limit_mb, "import-arpa --quantize")
+    ok = imp.returncode == 0 and (folder / "model.yaml").exists()
+    emit(
+        record(
+            f"{prefix}_import_seconds",
+            "s",
+            [imp.seconds],
+            ok=ok,
+            peak_rss_mb=round(imp.peak_rss_mb, 1),
+            ngrams_per_s=round(ngrams / imp.seconds),
+        )
+    )
+    col["import / ARPA load, s"] = f"{imp.seconds:.1f}" + ("" if ok else " (failed)")
+    col["peak RSS, MB"] = f"{imp.peak_rss_mb:,.0f}"
+    if not ok:
+        return
+    size = (folder / "model.lmbin").stat().st_size
+    storage = yaml.safe_load((folder / "model.yaml").read_text())["ngram"]["storage"]
+    emit(
+        record(
+            f"{prefix}_binary_bytes_per_ngram",
+            "bytes",
+            [size / ngrams],
+            binary_bytes=size,
+            max_prob_error=storage["max_prob_error"],
+            max_backoff_error=storage["max_backoff_error"],
+            max_token_error=storage["max_token_error"],
+        )
+    )
+    col["binary / in memory, bytes per n-gram"] = f"{size / ngrams:.1f} ({size / 1e6:,.0f} MB)"
+    col["peak RSS, MB"] += f" ({imp.peak_rss_mb * 2**20 / size:.2f}x binary)"
+    res = run_guarded(
+        [sys.executable, CHILDREN, "lmserve", str(folder), str(sentences)], limit_mb, "q8 scoring"
+    )
+    o = res.output
+    if o is not None:
+        cold = words / o["cold_s"]
+        warm = statistics.median(words / s for s in o["warm_s"])
+        ratios: dict[str, Any] = {}
+        if ken is not None:
+            ratios["ratio_to_kenlm_cold"] = round(ken["cold_s"] / o["cold_s"], 3)
+            ratios["ratio_to_kenlm_warm"] = round(
+                warm / statistics.median(words / s for s in ken["warm_s"]), 3
+            )
+        emit(record(f"{prefix}_score_cold_words_per_s", "words/s", [cold], **ratios))
+        emit(record(f"{prefix}_score_warm_words_per_s", "words/s", [warm]))
+        emit(record(f"{prefix}_next_token_ms", "ms", o["next_ms"]))
+        col["load (memory map), ms"] = f"{o['load_s'] * 1e3:.1f}"
+        col["scoring warm, M words/s"] = f"{warm / 1e6:.2f}"
+        col["scoring cold, M words/s"] = f"{cold / 1e6:.2f}"
+        col["next-word distribution, ms"] = f"{statistics.median(o['next_ms']):.2f}"
+        if exact_totals is not None:
+            worst = max(abs(a - b) for a, b in zip(o["totals"], exact_totals, strict=True))
+            emit(
+                record(
+                    f"{prefix}_max_abs_diff_vs_exact_nats",
+                    "nats",
+                    [worst],
+                    sentences=len(exact_totals),
+                    stated_max_token_error=storage["max_token_error"],
+                )
+            )
+            col["max score diff, nats"] = (
+                f"{worst:.3f} a sentence vs exact (<= {storage['max_token_error']:.3f} a token)"
+            )
+    if not args.keep_models:
+        shutil.rmtree(folder)
 
 
 def markdown(table: dict[str, dict[str, str]]) -> str:
@@ -613,13 +494,6 @@ def markdown(table: dict[str, dict[str, str]]) -> str:
 
 def main() -> None:
     parse_count = synthetic_arpa.parse_count
-    if len(sys.argv) > 1 and sys.argv[1] in ("lmserve", "kenlm"):
-        which, path, sentences = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-        check = int(os.environ.get("SCALE_CHECK_SENTENCES", "200"))
-        runs = int(os.environ.get("SCALE_RUNS", "5"))
-        fn = child_lmserve if which == "lmserve" else child_kenlm
-        print(json.dumps(fn(path, sentences, check, runs)))
-        return
     import psutil
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -635,6 +509,9 @@ def main() -> None:
     parser.add_argument(
         "--keep-models", action="store_true", help="keep the imported folders in the cache"
     )
+    parser.add_argument(
+        "--quantize", action="store_true", help="also measure `import-arpa --quantize` (8-bit)"
+    )
     args = parser.parse_args()
     os.environ["SCALE_CHECK_SENTENCES"] = str(args.check_sentences)
     os.environ["SCALE_RUNS"] = str(args.runs)
@@ -643,6 +520,7 @@ def main() -> None:
         available_mb = psutil.virtual_memory().available / 2**20
         limit_mb = min(args.max_rss_gb * 1024, available_mb - 1024)
         log(f"[{label(n)}] RSS limit {limit_mb:,.0f} MB ({available_mb:,.0f} MB available)")
+        args.current_size = n
         measure_size(n, args, limit_mb, table)
     log(f"\nlmserve at {git_state()}, this machine ({os.cpu_count()} cores):\n" + markdown(table))
 
