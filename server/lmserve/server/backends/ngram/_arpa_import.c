@@ -267,6 +267,7 @@ typedef struct {
     float *prob, *backoff;
     int64_t *line;
     uint32_t *cur;                  /* a line's prefix (or suffix) slot while walking */
+    uint8_t *same;                  /* walked words a line shares with the line before it */
     uint64_t *key, *home;
 } BuilderObject;
 
@@ -379,13 +380,27 @@ ensure_entry(BuilderObject *b, const uint32_t *w, int len, int64_t line)
 }
 
 /* Looks up, for every line of the batch, the entry of its words [first, first + len) (len >= 2)
- * order by order into b->cur (kMiss where the chain breaks), prefetching ahead. */
+ * order by order into b->cur (kMiss where the chain breaks), prefetching ahead.
+ *
+ * ARPA writers sort each section, so a line mostly repeats words of the line before it in the
+ * same places: SRILM's order (and the synthetic models') shares leading words, lmplz's shares
+ * trailing ones, which are the leading words of the suffix walked from `first` = 1. A line
+ * whose first j walked words equal the previous line's takes that line's entries up to order j
+ * instead of looking them up. */
 static void
 walk_chain(BuilderObject *b, int first, int len)
 {
     const int n = b->section, n_lines = b->n_batch;
     for (int i = 0; i < n_lines; i++) {
         b->cur[i] = b->ids[i * n + first];
+        int same = 0;
+        if (i > 0) {
+            const uint32_t *now = b->ids + i * n + first, *before = now - n;
+            while (same < len && now[same] == before[same]) {
+                same++;
+            }
+        }
+        b->same[i] = (uint8_t)same;
     }
     for (int k = 2; k <= len; k++) {
         const Order *o = &b->tables[k].o;
@@ -400,7 +415,9 @@ walk_chain(BuilderObject *b, int first, int len)
             if (i + PREFETCH_AHEAD < n_lines) {
                 __builtin_prefetch(slot_address(o, b->home[i + PREFETCH_AHEAD]));
             }
-            if (b->cur[i] != kMiss) {
+            if (b->same[i] >= k) {
+                b->cur[i] = b->cur[i - 1]; /* the same words: the previous line's entry */
+            } else if (b->cur[i] != kMiss) {
                 const int64_t slot = probe(o, b->key[i], b->home[i]);
                 b->cur[i] = slot < 0 ? kMiss : (uint32_t)slot;
             }
@@ -589,9 +606,11 @@ builder_free_batch(BuilderObject *b)
     PyMem_Free(b->backoff);
     PyMem_Free(b->line);
     PyMem_Free(b->cur);
+    PyMem_Free(b->same);
     PyMem_Free(b->key);
     PyMem_Free(b->home);
     b->ids = b->cur = NULL;
+    b->same = NULL;
     b->prob = b->backoff = NULL;
     b->line = NULL;
     b->key = b->home = NULL;
@@ -654,10 +673,11 @@ Builder_init(BuilderObject *b, PyObject *args, PyObject *kwds)
     b->backoff = PyMem_Malloc(n_batch * sizeof(float));
     b->line = PyMem_Malloc(n_batch * sizeof(int64_t));
     b->cur = PyMem_Malloc(n_batch * sizeof(uint32_t));
+    b->same = PyMem_Malloc(n_batch);
     b->key = PyMem_Malloc(n_batch * sizeof(uint64_t));
     b->home = PyMem_Malloc(n_batch * sizeof(uint64_t));
     if (!b->uni_prob || !b->uni_backoff || !b->ids || !b->prob || !b->backoff || !b->line ||
-        !b->cur || !b->key || !b->home) {
+        !b->cur || !b->same || !b->key || !b->home) {
         PyErr_NoMemory();
         return -1;
     }
@@ -736,8 +756,47 @@ Builder_feed(BuilderObject *b, PyObject *args)
                          over ? Py_True : Py_False, (long long)b->filled);
 }
 
+/* The bigrams' second words grouped by their first word (`tables.NgramTables.bigram_words`):
+ * a counting sort over the order-2 table, two passes, nothing held but the lists themselves.
+ * Returns (start: uint32[V + 1] bytes, words: uint32 bytes), or NULL with an exception set. */
+static PyObject *
+bigram_lists(BuilderObject *b)
+{
+    const size_t n_vocab = b->vocab.n_words;
+    const Table *t = &b->tables[2];
+    PyObject *start = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)((n_vocab + 1) * 4));
+    PyObject *words = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(t->n_entries * 4));
+    if (!start || !words) {
+        Py_XDECREF(start);
+        Py_XDECREF(words);
+        return NULL;
+    }
+    uint32_t *at = (uint32_t *)PyByteArray_AS_STRING(start);
+    uint32_t *out = (uint32_t *)PyByteArray_AS_STRING(words);
+    memset(at, 0, (n_vocab + 1) * 4);
+    for (int64_t slot = 0; slot <= t->last_used; slot++) {
+        const uint64_t key = slot_key(&t->o, (uint64_t)slot);
+        if (key != kEmpty) {
+            at[(key >> 32) + 1]++;
+        }
+    }
+    for (size_t w = 0; w < n_vocab; w++) {
+        at[w + 1] += at[w];
+    }
+    for (int64_t slot = 0; slot <= t->last_used; slot++) { /* `at[w]` walks w's part forward */
+        const uint64_t key = slot_key(&t->o, (uint64_t)slot);
+        if (key != kEmpty) {
+            out[at[key >> 32]++] = (uint32_t)key;
+        }
+    }
+    memmove(at + 1, at, n_vocab * 4); /* each part's end is the next one's start */
+    at[0] = 0;
+    return Py_BuildValue("(NN)", start, words);
+}
+
 /* (vocab bytes joined by "\n", uni_prob, uni_backoff, ((table bytes, n_home), ...), fill-ins
- * per order): the tables trimmed to their last used slot plus the empty one. */
+ * per order, (bigram_start, bigram_words) or None for a unigram model): the tables trimmed to
+ * their last used slot plus the empty one. */
 static PyObject *
 Builder_finish(BuilderObject *b, PyObject *Py_UNUSED(ignored))
 {
@@ -769,7 +828,8 @@ Builder_finish(BuilderObject *b, PyObject *Py_UNUSED(ignored))
         (const char *)b->uni_backoff, (Py_ssize_t)(n_words * sizeof(float)));
     PyObject *tables = PyTuple_New(b->order - 1);
     PyObject *fill_ins = PyTuple_New(b->order);
-    if (!uni_prob || !uni_backoff || !tables || !fill_ins) {
+    PyObject *lists = b->order >= 2 ? bigram_lists(b) : Py_NewRef(Py_None);
+    if (!uni_prob || !uni_backoff || !tables || !fill_ins || !lists) {
         goto error;
     }
     PyTuple_SET_ITEM(fill_ins, 0, PyLong_FromLong(0));
@@ -792,8 +852,9 @@ Builder_finish(BuilderObject *b, PyObject *Py_UNUSED(ignored))
         Py_CLEAR(t->storage); /* the caller's now: the builder is done */
     }
     builder_free_batch(b);
-    return Py_BuildValue("(NNNNN)", vocab, uni_prob, uni_backoff, tables, fill_ins);
+    return Py_BuildValue("(NNNNNN)", vocab, uni_prob, uni_backoff, tables, fill_ins, lists);
 error:
+    Py_XDECREF(lists);
     Py_XDECREF(vocab);
     Py_XDECREF(uni_prob);
     Py_XDECREF(uni_backoff);
@@ -814,7 +875,8 @@ static PyMethodDef Builder_methods[] = {
     {"finish", (PyCFunction)Builder_finish, METH_NOARGS,
      "finish()\n--\n\n"
      "After the last section: (vocab bytes joined by newlines, uni_prob bytes, uni_backoff bytes,\n"
-     "((table bytearray, n_home), ...) for orders 2..N, fill-ins per order)."},
+     "((table bytearray, n_home), ...) for orders 2..N, fill-ins per order, (bigram_start,\n"
+     "bigram_words) or None)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,4 +10,11 @@ class TableBuilder:
     ) -> tuple[int, int, bool, int]: ...
     def finish(
         self,
-    ) -> tuple[bytes, bytearray, bytearray, tuple[tuple[bytearray, int], ...], tuple[int, ...]]: ...
+    ) -> tuple[
+        bytes,
+        bytearray,
+        bytearray,
+        tuple[tuple[bytearray, int], ...],
+        tuple[int, ...],
+        tuple[bytearray, bytearray] | None,
+    ]: ...

@@ -113,7 +113,7 @@ def _stream(
         text = end_section(lines, n, count, feed.filled, fail)
         feed.done += count
     expect_end(lines, text, fail)
-    vocab_bytes, uni_prob, uni_backoff, tables, fill_ins = builder.finish()
+    vocab_bytes, uni_prob, uni_backoff, tables, fill_ins, lists = builder.finish()
     del builder
     try:
         vocab = vocab_bytes.decode("utf-8").split("\n")
@@ -124,10 +124,13 @@ def _stream(
             raise ArpaFormatError(name, f"the unigrams lack {marker}")
     probs = np.frombuffer(uni_prob, dtype=np.float32)
     backoffs = np.frombuffer(uni_backoff, dtype=np.float32)
+    start = np.frombuffer(lists[0], dtype=np.uint32) if lists else np.zeros(1, np.uint32)
+    words = np.frombuffer(lists[1], dtype=np.uint32) if lists else np.zeros(0, np.uint32)
     if UNK not in vocab:  # KenLM scores unknown words at log10 -100 then
         vocab.append(UNK)
         probs = np.append(probs, np.float32(MISSING_UNK_LOG10 * LN10))
         backoffs = np.append(backoffs, np.float32(0.0))
+        start = np.append(start, start[-1])  # no bigram begins with it
     order = len(counts)
     return NgramTables(
         vocab=vocab,
@@ -139,4 +142,6 @@ def _stream(
             for k, (raw, n_home) in enumerate(tables, start=2)
         ],
         fill_ins=list(fill_ins),
-    ).with_bigram_lists()
+        bigram_start=start,
+        bigram_words=words,
+    )

@@ -234,75 +234,85 @@ def _bits(n: int) -> int:
     return max(1, (max(n, 1) - 1).bit_length())
 
 
-def compact_tables(
-    tables: list[ProbingTable], vocab_size: int
-) -> tuple[list[CompactTable], list[npt.NDArray[np.int64]]]:
+def compact_tables(tables: list[ProbingTable], vocab_size: int) -> list[CompactTable]:
     """Quantized copies of exact tables (orders 2..N, in order), each keyed by the slots of the
-    compact table below it. Returns the tables (and, for tests, each exact slot's new slot)."""
+    compact table below it. One order at a time, holding only the previous order's slot map
+    (exact slot -> compact slot, 4 bytes an exact slot) beside it."""
     out: list[CompactTable] = []
-    remaps: list[npt.NDArray[np.int64]] = []
     word_bits = _bits(vocab_size)
     prefix_span = vocab_size  # order 1's "slots" are the word ids
-    remap: npt.NDArray[np.int64] | None = None
+    remap: npt.NDArray[np.uint32] | None = None
     for exact in tables:
         used = np.flatnonzero(exact.slots["key"] != EMPTY)
         keys = exact.slots["key"][used]
         prefix = (keys >> np.uint64(32)).astype(np.int64)
         if remap is not None:
-            prefix = remap[prefix]
+            prefix = remap[prefix].astype(np.int64)
         word = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        table, slots = _place(prefix, word, exact, word_bits, _bits(prefix_span))
+        del keys
+        table, slots = _place(prefix, word, exact, used, word_bits, _bits(prefix_span))
+        del prefix, word
         out.append(table)
-        remap = np.full(len(exact.slots), -1, dtype=np.int64)
+        remap = np.zeros(len(exact.slots), dtype=np.uint32)
         remap[used] = slots
-        remaps.append(remap)
+        del used, slots
         prefix_span = table.n_slots
-        del keys, prefix, word
-    return out, remaps
+    return out
 
 
 def _place(
-    prefix: I64, word: I64, exact: ProbingTable, word_bits: int, prefix_bits: int
+    prefix: I64, word: I64, exact: ProbingTable, used: I64, word_bits: int, prefix_bits: int
 ) -> tuple[CompactTable, I64]:
-    """Lays one order's entries out (linear probing in home order, as `ProbingTable.build`)."""
+    """Lays one order's entries out (linear probing in home order, as `ProbingTable.build`);
+    returns the table and each entry's slot. Temporaries go as soon as they are used."""
     n = len(prefix)
     key_bits = word_bits + prefix_bits
     if key_bits > 62:
         raise ValueError("keys wider than 62 bits: too large a model for the compact form")
     n_home = max(1, int(n * SLOTS_PER_KEY))
-    keys = (prefix.astype(np.uint64) << np.uint64(word_bits)) | word.astype(np.uint64)
-    hashes = mix(keys, key_bits)
+    has_backoff = not exact.final
+    prob_levels, prob_codes, prob_error = quantize(exact.slots["prob"][used])
+    if has_backoff:
+        backoff_levels, backoff_codes, backoff_error = quantize(
+            exact.slots["backoff"][used], keep=(0.0,)
+        )
+    else:
+        backoff_levels, backoff_codes, backoff_error = np.zeros(0, np.float32), None, 0.0
+    hashes = mix(
+        (prefix.astype(np.uint64) << np.uint64(word_bits)) | word.astype(np.uint64), key_bits
+    )
     home = home_of(hashes, n_home, key_bits)
     order = np.argsort(home, kind="stable")
-    rank = np.arange(n, dtype=np.int64)
     place = np.empty(n, dtype=np.int64)
     if n:
-        place[order] = np.maximum.accumulate(home[order] - rank) + rank
-    disp = place - home
+        ranked = home[order]
+        ranked -= np.arange(n, dtype=np.int64)
+        np.maximum.accumulate(ranked, out=ranked)
+        ranked += np.arange(n, dtype=np.int64)
+        place[order] = ranked
+        del ranked
+    del order
+    home -= place  # minus the displacement
+    disp = -home
+    del home
     disp_bits = _bits(int(disp.max()) + 2 if n else 2)
     # Within one home, hashes span less than 2**key_bits / n_home + 1 values.
     low_bits = min(key_bits, max(1, math.ceil(key_bits - math.log2(n_home)) + 1))
-    has_backoff = not (exact.final)
     layout = CompactLayout(word_bits, key_bits, n_home, low_bits, disp_bits, has_backoff)
     if layout.slot_bits > 64:
         raise ValueError("a compact slot would be wider than 64 bits")
-    probs = exact.slots["prob"][exact.slots["key"] != EMPTY]
-    prob_levels, prob_codes, prob_error = quantize(probs)
-    if has_backoff:
-        backoffs = exact.slots["backoff"][exact.slots["key"] != EMPTY]
-        backoff_levels, backoff_codes, backoff_error = quantize(backoffs, keep=(0.0,))
-    else:
-        backoff_levels, backoff_codes, backoff_error = np.zeros(0, np.float32), None, 0.0
-    n_slots = max(n_home, int(place.max()) + 1 if n else 0) + 1  # + the final empty slot
-    words = np.zeros(n_slots, dtype=np.uint64)
-    value = hashes & np.uint64((1 << low_bits) - 1)
+    value = hashes
+    value &= np.uint64((1 << low_bits) - 1)
     value |= (disp.astype(np.uint64) + np.uint64(1)) << np.uint64(low_bits)
+    del disp
     value |= prob_codes.astype(np.uint64) << np.uint64(layout.value_shift)
     if backoff_codes is not None:
         value |= backoff_codes.astype(np.uint64) << np.uint64(layout.value_shift + 8)
-    words[place] = value
+    n_slots = max(n_home, int(place.max()) + 1 if n else 0) + 1  # + the final empty slot
     size = layout.slot_bytes
     raw = np.zeros(n_slots * size + _PAD, dtype=np.uint8)
-    raw[: n_slots * size] = words.view(np.uint8).reshape(n_slots, 8)[:, :size].reshape(-1)
+    slots = raw[: n_slots * size].reshape(n_slots, size)
+    slots[place] = value.view(np.uint8).reshape(n, 8)[:, :size]
+    del value
     q = Quantization(prob_levels, backoff_levels, prob_error, backoff_error)
     return CompactTable(raw, layout, q), place

@@ -92,7 +92,7 @@ class NgramTables:
         if self.quantized:
             return self
         exact = [t for t in self.tables if isinstance(t, ProbingTable)]
-        compact, _ = compact_tables(exact, len(self.vocab))
+        compact = compact_tables(exact, len(self.vocab))
         return dataclasses.replace(self, tables=list(compact))
 
     def max_value_errors(self) -> tuple[float, float]:
