@@ -38,6 +38,7 @@ import numpy.typing as npt
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
 from lmserve.server.backends.ngram.arpa import Progress
 from lmserve.server.backends.ngram.arpa_import import import_arpa
+from lmserve.server.backends.ngram.binary import BinaryVersionError, load_tables, save_tables
 from lmserve.server.backends.ngram.compact import CompactTable
 from lmserve.server.backends.ngram.tables import BOS, EOS, UNK, NgramTables, ScoringTable
 
@@ -112,8 +113,6 @@ class NgramModel:
 
     def save(self, path: str | Path) -> str:
         """Writes the memory-mappable binary file (see `binary.py`); returns its sha256 (hex)."""
-        from lmserve.server.backends.ngram.binary import save_tables
-
         return save_tables(self._t, Path(path))
 
     @classmethod
@@ -130,8 +129,6 @@ class NgramModel:
         version found and the one expected) is compiled from `arpa_fallback` instead when that is
         given, with a warning to rebuild the binary; without it the error is raised.
         """
-        from lmserve.server.backends.ngram.binary import BinaryVersionError, load_tables
-
         try:
             return cls(load_tables(Path(path)), kernel=kernel)
         except BinaryVersionError as exc:
