@@ -445,6 +445,13 @@ def test_distributions_of_a_unigram_model(tmp_path: Path) -> None:
     for bos in (True, False):
         want = _python_rows(c, contexts, bos).astype(np.float32)
         np.testing.assert_array_equal(c.next_token_log_probs_batch(contexts, bos=bos), want)
+    # Through the binary too (a unigram model's bigram lists are empty, one offset a word).
+    c.save(tmp_path / "uni.lmbin")
+    loaded = NgramModel.load(tmp_path / "uni.lmbin")
+    assert len(loaded.tables.bigram_start) == len(loaded.vocab) + 1
+    np.testing.assert_array_equal(
+        loaded.next_token_log_probs_batch(contexts), c.next_token_log_probs_batch(contexts)
+    )
 
 
 def test_distributions_reject_bad_input(models: tuple[NgramModel, NgramModel]) -> None:

@@ -124,7 +124,9 @@ def _stream(
             raise ArpaFormatError(name, f"the unigrams lack {marker}")
     probs = np.frombuffer(uni_prob, dtype=np.float32)
     backoffs = np.frombuffer(uni_backoff, dtype=np.float32)
-    start = np.frombuffer(lists[0], dtype=np.uint32) if lists else np.zeros(1, np.uint32)
+    start = (
+        np.frombuffer(lists[0], dtype=np.uint32) if lists else np.zeros(len(vocab) + 1, np.uint32)
+    )
     words = np.frombuffer(lists[1], dtype=np.uint32) if lists else np.zeros(0, np.uint32)
     if UNK not in vocab:  # KenLM scores unknown words at log10 -100 then
         vocab.append(UNK)

@@ -67,9 +67,11 @@ class NgramTables:
         return sum(t.nbytes for t in self.tables)
 
     def with_bigram_lists(self) -> NgramTables:
-        """The same model with its bigram lists made from its exact order-2 table."""
+        """The same model with its bigram lists made from its exact order-2 table (empty lists,
+        one offset a word, for a unigram model)."""
         if not self.tables:
-            return self
+            empty = np.zeros(len(self.vocab) + 1, dtype=np.uint32)
+            return dataclasses.replace(self, bigram_start=empty, bigram_words=empty[:0])
         table = self.tables[0]
         assert isinstance(table, ProbingTable), "bigram lists are made from the exact table"
         keys = table.slots["key"]
