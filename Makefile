@@ -9,7 +9,7 @@ PROTO_SRC := proto/lmserve/v1/lm_service.proto
 DEFAULT_NGRAM := models/kjv-5gram/model.yaml
 KJV := export/lmserve/export/corpora/kjv
 
-.PHONY: install serve test check lint proto models bench clean
+.PHONY: install serve test check lint proto models bench image image-test clean
 
 $(STAMP): pyproject.toml client/pyproject.toml hatch_build.py $(wildcard server/lmserve/server/*/*.[ch] server/lmserve/server/*/*/*.[ch] server/lmserve/server/*/*/*/*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,19 @@ lint: $(STAMP)
 
 test: check
 	$(BIN)/pytest
+
+# The server image (deploy/Dockerfile), with whichever of docker, podman or buildah works here;
+# where the official base cannot be pulled, a Debian base made locally by debootstrap.
+IMAGE ?= localhost/lmserve:cpu
+
+image:
+	deploy/image/build.sh $(IMAGE)
+
+# Builds the image, then runs its entrypoint as its user and checks it from outside: health,
+# ListModels, Score = KenLM on kjv-5gram, a Generate stream, /metrics, a mounted model folder,
+# SIGTERM draining to exit 0 (deploy/image/check_image.py; needs root for buildah).
+image-test: $(STAMP) image
+	$(BIN)/python deploy/image/check_image.py $(IMAGE)
 
 bench: install models
 	$(BIN)/python bench/run_all.py
