@@ -2,15 +2,17 @@
 
     python deploy/image/check_image.py [IMAGE] [--base BASE]
 
-Twice: with the models baked into the image, then with a model folder mounted over
-`/models`. Each run starts the image's own entrypoint as the image's user and checks, from this
-host: gRPC health, ListModels, Score on kjv-5gram equal to KenLM's on the image's own ARPA copy,
-a Generate stream, the Prometheus scrape and the HTTP health, then SIGTERM: the server drains
-and exits 0. Prints JSON lines (image size, the layers over the base, seconds to SERVING) and
-exits non-zero on the first failed check.
+With the models baked into the image, then with a model folder mounted over `/models`, then
+as three replicas behind one client (round_robin over its address list), one of them killed
+under a Score loop: no call may fail. Each run starts the image's own entrypoint as the
+image's user and checks, from this host: gRPC health, ListModels, Score on kjv-5gram equal to
+KenLM's on the image's own ARPA copy, a Generate stream, the Prometheus scrape and the HTTP
+health, then SIGTERM: the server drains and exits 0. Prints JSON lines (image size, the layers
+over the base, seconds to SERVING, the replicas' calls) and exits non-zero on the first failed
+check.
 
 Containers are run with podman or docker when they can start one here; where they cannot
-(this VM: `crun: setrlimit RLIMIT_NPROC: Operation not permitted`), the entrypoint runs in the
+(this VM: `crun: setrlimit RLIMIT_NOFILE: Operation not permitted`), the entrypoint runs in the
 image's root filesystem with `buildah run --isolation chroot`, as the image's user, on the
 host's network.
 """
@@ -28,8 +30,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +82,9 @@ def sh(*cmd: str) -> str:
 class Runner:
     """Starts the image's entrypoint with extra environment and mounts; stops it with SIGTERM."""
 
-    def __init__(self, image: str) -> None:
+    def __init__(self, image: str, tool: str | None = None) -> None:
         self.image = image
-        self.tool = self._container_tool()
+        self.tool = tool or self._container_tool()
         config: dict[str, Any] = {}
         if self.tool == "buildah":
             config = json.loads(sh("buildah", "inspect", "--type", "image", image))["OCIv1"]
@@ -146,6 +150,13 @@ class Runner:
             if "python" in os.path.basename(child.cmdline()[0]) and "serve" in cmdline:
                 return child
         raise CheckFailed("the server process is not running")
+
+    def kill(self) -> None:
+        """SIGKILL to the entrypoint: a replica dying mid-request."""
+        if self.tool == "buildah":
+            self.server().send_signal(signal.SIGKILL)
+        else:
+            subprocess.run([self.tool, "kill", "--signal", "KILL", self.ctr], check=False)
 
     def stop(self) -> int:
         """SIGTERM to the entrypoint, as a container runtime's stop sends it; its exit code."""
@@ -276,6 +287,91 @@ def run_mounted(runner: Runner, work: Path) -> None:
     check(code == 0, f"SIGTERM: drained and exited {code}")
 
 
+def score_calls(metrics_port: int) -> float:
+    """The OK Score calls a replica's /metrics counted."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "lmserve_requests_total"
+        and sample.labels.get("method") == "Score"
+        and sample.labels.get("code") == "OK"
+    )
+
+
+def run_replicas(image: str, tool: str, work: Path) -> None:
+    """Three replicas of the image behind one client (its address list: round_robin); one is
+    killed with SIGKILL under a loop of Score calls from four threads: no call may fail."""
+    runners = [Runner(image, tool) for _ in range(3)]
+    ports = [(free_port(), free_port(), free_port()) for _ in runners]
+    started = time.monotonic()
+    for i, (runner, (grpc_port, http_port, metrics_port)) in enumerate(
+        zip(runners, ports, strict=True)
+    ):
+        env = {
+            "LMSERVE_PORT": str(grpc_port),
+            "LMSERVE_HTTP_PORT": str(http_port),
+            "LMSERVE_METRICS_PORT": str(metrics_port),
+            "LMSERVE_SHUTDOWN_NOTICE_SECONDS": "0",
+        }
+        runner.start(env, [], work / f"replica{i}.log")
+    addresses = [f"127.0.0.1:{g}" for g, _, _ in ports]
+    for address in addresses:
+        wait_serving(address, started, started + 180)
+    emit(
+        "image_replicas_seconds_to_serving",
+        round(time.monotonic() - started, 2),
+        "s",
+        replicas=len(runners),
+        tool=tool,
+    )
+    text = ["in the beginning god created the heaven and the earth"]
+    with LmServeClient(addresses, timeout=30) as client:
+        for _ in range(60):
+            client.score("kjv-5gram", text)
+        spread = [score_calls(m) for _, _, m in ports]
+        check(sum(spread) == 60 and min(spread) >= 5, f"round_robin spreads 60 calls: {spread}")
+        failures: list[BaseException] = []
+        lock = threading.Lock()
+        done = 0
+
+        def call(_: int) -> None:
+            nonlocal done
+            try:
+                client.score("kjv-5gram", text)
+            except Exception as exc:  # noqa: BLE001 (every failure counts)
+                failures.append(exc)
+            with lock:
+                done += 1
+                if done == 50:
+                    runners[0].kill()
+
+        loop_started = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(call, range(400)))
+        seconds = time.monotonic() - loop_started
+        check(not failures, f"a replica killed under the loop: {len(failures)} failed calls")
+        emit(
+            "image_replicas_calls",
+            400,
+            "calls",
+            failed=len(failures),
+            calls_per_s=round(400 / seconds),
+            killed_after=50,
+        )
+    victim = runners[0].proc
+    assert victim is not None
+    victim.wait(timeout=30)
+    for runner in runners[1:]:
+        check(runner.stop() == 0, "a surviving replica drains and exits 0")
+    subprocess.run(["buildah", "rm", runners[0].ctr], check=False, capture_output=True)
+
+
 def image_size(image: str) -> int | None:
     """Bytes of the image's layers (podman counts them as `docker images` does), or None when
     there is no such image."""
@@ -315,6 +411,8 @@ def main() -> int:
             run_baked(runner, work)
             print(f"{args.image}: a mounted model folder", file=sys.stderr)
             run_mounted(runner, work)
+            print(f"{args.image}: three replicas, one killed under load", file=sys.stderr)
+            run_replicas(args.image, runner.tool, work)
         except (CheckFailed, grpc.RpcError, OSError, subprocess.SubprocessError) as exc:
             for log in work.glob("*.log"):
                 print(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
