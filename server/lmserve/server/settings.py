@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     onnx_allow_spinning: bool = False
     # Use the CUDA execution provider when onnxruntime-gpu sees a GPU.
     onnx_use_gpu: bool = True
+    # Generation leaves recurrent states where ONNX Runtime computed them (I/O binding), so a
+    # step on the GPU takes the last step's states without copying them to the host and back:
+    # auto = on the CUDA provider only; on = always (the CPU provider too); off = never.
+    onnx_device_states: Literal["auto", "on", "off"] = "auto"
     # Longer texts are scored in time chunks of this many tokens, the state carried across.
     max_chunk_tokens: int = Field(default=256, ge=1)
     # Scoring work is cut into units of at most this many positions (rows x padded length):

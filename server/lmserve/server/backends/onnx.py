@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,8 @@ class OnnxOptions:
     allow_spinning: bool = False
     max_chunk_tokens: int = 256
     use_gpu: bool = True
+    # Generation's states stay on the session's device (`DeviceState`): "auto" on CUDA only.
+    device_states: str = "auto"
 
 
 def providers(use_gpu: bool = True) -> list[str]:
@@ -49,11 +51,57 @@ def providers(use_gpu: bool = True) -> list[str]:
     return [*chosen, "CPUExecutionProvider"]
 
 
+# ONNX Runtime's element types of the state tensors, as numpy's.
+_ORT_DTYPES: dict[str, np.dtype[Any]] = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(int64)": np.dtype(np.int64),
+}
+
+
+class DeviceState:
+    """One state array left where ONNX Runtime computed it (an `OrtValue`: in GPU memory on the
+    CUDA provider). The next step binds it as it is, so a generation step's states never travel
+    to the host and back. Anything else reads it as numpy, copied to the host once (`__array__`,
+    indexing, `shape`), which is how the steppers' split/merge/select of rows see it."""
+
+    __slots__ = ("value", "_host")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._host: npt.NDArray[Any] | None = None
+
+    def host(self) -> npt.NDArray[Any]:
+        if self._host is None:
+            self._host = self.value.numpy()
+        return self._host
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        host = self.host()
+        return host if dtype is None else host.astype(dtype)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.host()[key]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.value.shape())
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return _ORT_DTYPES[self.value.data_type()]
+
+
 class OnnxBackend(RecurrentBackend):
     """A recurrent LM served by ONNX Runtime; no state of its own between calls."""
 
     def __init__(
-        self, spec: RecurrentSpec, vocab: Any, step: Any, score: Any, max_chunk_tokens: int
+        self,
+        spec: RecurrentSpec,
+        vocab: Any,
+        step: Any,
+        score: Any,
+        max_chunk_tokens: int,
+        device_states: str = "off",
     ) -> None:
         super().__init__(spec, vocab, max_chunk_tokens=max_chunk_tokens)
         self._step = step
@@ -61,6 +109,11 @@ class OnnxBackend(RecurrentBackend):
         self._state_outputs = [f"{name}_out" for name in spec.state_names]
         self._step_outputs = ["log_probs", *self._state_outputs]
         self._score_outputs = ["token_log_probs", *self._state_outputs]
+        on_cuda = step.get_providers()[0] == "CUDAExecutionProvider"
+        if device_states not in ("auto", "on", "off"):
+            raise ValueError(f"device_states must be auto, on or off, not {device_states!r}")
+        self.binds_states = device_states == "on" or (device_states == "auto" and on_cuda)
+        self._state_device = "cuda" if on_cuda else "cpu"
 
     @classmethod
     def load(cls, folder: Path, manifest: ModelManifest, options: OnnxOptions) -> OnnxBackend:
@@ -79,20 +132,43 @@ class OnnxBackend(RecurrentBackend):
             ["tokens", *state_inputs],
             {"log_probs": spec.vocab_size, **{f"{s}_out": spec.state_size for s in state_inputs}},
         )
-        return cls(spec, vocab, step, score, options.max_chunk_tokens)
+        return cls(spec, vocab, step, score, options.max_chunk_tokens, options.device_states)
 
     @property
     def providers(self) -> list[str]:
         return list(self._score.get_providers())
 
     def _feeds(self, state: RecurrentState) -> dict[str, npt.NDArray[Any]]:
-        return {name: s for name, s in zip(self.spec.state_names, state, strict=True)}
+        return {name: np.asarray(s) for name, s in zip(self.spec.state_names, state, strict=True)}
 
     def _run_step(
         self, tokens: TokenArray, state: RecurrentState
     ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        if self.binds_states:
+            return self._run_step_bound(tokens, state)
         out = self._step.run(self._step_outputs, {"tokens": tokens, **self._feeds(state)})
         return out[0], tuple(out[1:])
+
+    def _run_step_bound(
+        self, tokens: TokenArray, state: RecurrentState
+    ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        """The step with I/O binding: states that are `DeviceState`s go in as they are, numpy
+        ones are copied in; the log-probs come to the host (sampling reads them there), the new
+        states stay on the device."""
+        binding = self._step.io_binding()
+        binding.bind_cpu_input("tokens", tokens)
+        for name, s in zip(self.spec.state_names, state, strict=True):
+            if isinstance(s, DeviceState):
+                binding.bind_ortvalue_input(name, s.value)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(s))
+        binding.bind_output("log_probs", "cpu")
+        for name in self._state_outputs:
+            binding.bind_output(name, self._state_device)
+        self._step.run_with_iobinding(binding)
+        out = binding.get_outputs()
+        # Duck-typed arrays: the state contract's numpy readers see them as numpy (`__array__`).
+        return out[0].numpy(), tuple(cast(npt.NDArray[Any], DeviceState(v)) for v in out[1:])
 
     def _run_score(
         self, tokens: TokenArray, targets: TokenArray, state: RecurrentState

@@ -93,6 +93,7 @@ class LoadOptions:
             allow_spinning=settings.onnx_allow_spinning,
             max_chunk_tokens=settings.max_chunk_tokens,
             use_gpu=settings.onnx_use_gpu,
+            device_states=settings.onnx_device_states,
         )
         return cls(onnx, allow_torchscript=settings.allow_torchscript)
 
