@@ -209,4 +209,7 @@ def test_order_with_a_recurrent_cell_is_a_usage_error(
     args = ["train-rnn", str(corpus["train"]), str(tmp_path / "run"), "--heldout",
             str(corpus["valid"]), "--cell", "gru", "--order", "4"]  # fmt: skip
     assert main(args) == 2
-    assert "order is needed by (and only by) the ffnn cell" in capsys.readouterr().err
+    assert (
+        "--order is for --cell ffnn only (this is --cell gru): drop --order"
+        in capsys.readouterr().err
+    )

@@ -113,3 +113,41 @@ def test_train_rnn_refuses_an_occupied_export_folder_before_training(
     assert "not an empty folder" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
     assert (occupied / "notes.txt").read_text() == "not a model"
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--embedding-size", "32", "--hidden-size", "64"], "or add --no-tie-weights"),
+        (  # the example, word for word
+            ["--cell", "ffnn", "--order", "4", "--embedding-size", "32", "--hidden-size", "64"],
+            "--embedding-size 32 and --hidden-size 64 differ",
+        ),
+        (["--cell", "lstm", "--order", "3"], "--order is for --cell ffnn only"),
+        (["--cell", "ffnn", "--layers", "2"], "--cell ffnn has one hidden layer: drop --layers 2"),
+        (["--dropout", "1.5"], "--dropout 1.5: must be less than 1"),
+        (["--lr", "0"], "--lr 0.0: must be greater than 0"),
+        (["--epochs", "0"], "--epochs 0: must be greater than or equal to 1"),
+        (["--batch-size", "0"], "--batch-size 0: must be greater than or equal to 1"),
+        (["--lr-decay", "2"], "--lr-decay 2.0: must be less than or equal to 1"),
+        (["--threads", "0"], "--threads 0: must be greater than or equal to 1"),
+        (["--max-minutes", "0"], "--max-minutes 0.0: must be greater than 0"),
+        (["--layers", "0"], "--layers 0: must be greater than or equal to 1"),
+        (["--embedding-size", "0", "--hidden-size", "0"], "--hidden-size 0: must be greater"),
+    ],
+)
+def test_bad_flags_get_one_plain_line_each_before_anything_runs(
+    tmp_path: Path,
+    corpus: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    says: str,
+) -> None:
+    args = ["train-rnn", str(corpus["train"]), str(tmp_path / "run"),
+            "--heldout", str(corpus["valid"]), *flags]  # fmt: skip
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines and all(line.startswith("lmserve train-rnn: ") for line in lines), lines
+    assert any(says in line for line in lines), lines
+    assert not any("validation error" in line or "pydantic" in line for line in lines), lines
+    assert not (tmp_path / "run").exists()  # nothing was read, trained or written

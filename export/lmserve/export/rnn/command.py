@@ -110,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
         encode_sentences,
         split_encoded,
     )
+    from lmserve.export.rnn.flag_errors import (
+        MIN_VOCAB_SIZE,
+        architecture_problem,
+        flag_messages,
+    )
     from lmserve.export.rnn.model import RecurrentLMConfig
     from lmserve.export.rnn.nets import build_model
     from lmserve.export.rnn.train import TrainConfig, evaluate, train
@@ -119,6 +124,45 @@ def run(args: argparse.Namespace) -> int:
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
+
+    def architecture(vocab_size: int) -> RecurrentLMConfig:
+        return RecurrentLMConfig(
+            vocab_size=vocab_size,
+            cell=args.cell,
+            embedding_size=args.embedding_size,
+            hidden_size=args.hidden_size,
+            num_layers=args.layers,
+            dropout=args.dropout,
+            tie_weights=args.tie_weights,
+            order=(args.order or DEFAULT_FFNN_ORDER) if args.cell == "ffnn" else args.order,
+        )
+
+    # Every flag is checked before the corpus is read, not after: the architecture with a
+    # stand-in vocabulary size, and the training settings.
+    problem = architecture_problem(args)
+    if problem is not None:
+        log(f"lmserve train-rnn: {problem}")
+        return 2
+    try:
+        architecture(MIN_VOCAB_SIZE)
+        train_cfg = TrainConfig(
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            bptt=args.bptt,
+            optimizer=args.optimizer,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            clip=args.clip,
+            lr_decay=args.lr_decay,
+            patience=args.patience,
+            seed=args.seed,
+            max_minutes=args.max_minutes,
+            threads=args.threads,
+        )
+    except ValidationError as exc:
+        for line in flag_messages(exc):
+            log(f"lmserve train-rnn: {line}")
+        return 2
 
     kind = {"word": TokenizerKind.WORD, "char": TokenizerKind.CHARACTER, "bpe": TokenizerKind.BPE}[
         args.tokenizer
@@ -163,32 +207,10 @@ def run(args: argparse.Namespace) -> int:
 
         train_ids = encode(args.corpus)
     try:
-        model_cfg = RecurrentLMConfig(
-            vocab_size=len(vocab),
-            cell=args.cell,
-            embedding_size=args.embedding_size,
-            hidden_size=args.hidden_size,
-            num_layers=args.layers,
-            dropout=args.dropout,
-            tie_weights=args.tie_weights,
-            order=(args.order or DEFAULT_FFNN_ORDER) if args.cell == "ffnn" else args.order,
-        )
-        train_cfg = TrainConfig(
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            bptt=args.bptt,
-            optimizer=args.optimizer,
-            lr=args.lr,
-            weight_decay=args.weight_decay,
-            clip=args.clip,
-            lr_decay=args.lr_decay,
-            patience=args.patience,
-            seed=args.seed,
-            max_minutes=args.max_minutes,
-            threads=args.threads,
-        )
-    except ValidationError as exc:
-        log(f"lmserve train-rnn: {exc}")
+        model_cfg = architecture(len(vocab))
+    except ValidationError as exc:  # a corpus too small to have a vocabulary
+        for line in flag_messages(exc):
+            log(f"lmserve train-rnn: the corpus: {line}")
         return 2
     valid_ids = encode(args.heldout)
     log(f"vocabulary {len(vocab)} (specials included), {len(train_ids)} training sentences")
