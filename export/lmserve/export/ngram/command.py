@@ -8,6 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from lmserve.export.cli_types import existing_file, positive_float, regex
 from lmserve.export.ngram.memory import DEFAULT_MEMORY, parse_memory
 
 HELP = (
@@ -33,7 +34,7 @@ def _memory_size(text: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("corpus", type=Path, help="training text, one sentence per line")
+    parser.add_argument("corpus", type=existing_file, help="training text, one sentence per line")
     parser.add_argument("model_dir", type=Path, help="model folder to write")
     parser.add_argument("--order", type=_positive_int, required=True, help="n-gram order")
     parser.add_argument(
@@ -41,19 +42,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--name", help="model name (default: MODEL_DIR's basename)")
     parser.add_argument(
-        "--add-k", type=float, default=1.0, help="pseudo-count for add-k (default 1: Laplace)"
+        "--add-k",
+        type=positive_float,
+        default=1.0,
+        help="pseudo-count for add-k (default 1: Laplace)",
     )
     parser.add_argument(
-        "--heldout", type=Path, help="held-out text: tunes interpolation weights, valid perplexity"
+        "--heldout",
+        type=existing_file,
+        help="held-out text: tunes interpolation weights, valid perplexity",
     )
-    parser.add_argument("--test", type=Path, help="test text; its perplexity goes in the manifest")
+    parser.add_argument(
+        "--test", type=existing_file, help="test text; its perplexity goes in the manifest"
+    )
     parser.add_argument(
         "--min-count", type=_positive_int, default=1, help="words seen fewer times become <unk>"
     )
     parser.add_argument("--top-n", type=_positive_int, help="keep only the N most frequent words")
     parser.add_argument("--lowercase", action="store_true", help="lowercase before tokenizing")
     parser.add_argument(
-        "--token-pattern", help="words are this regex's matches (default: whitespace split)"
+        "--token-pattern",
+        type=regex,
+        help="words are this regex's matches (default: whitespace split)",
     )
     parser.add_argument(
         "--tokenizer",
@@ -69,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bpe-model",
-        type=Path,
+        type=existing_file,
         help="an existing BPE tokenizer.json (e.g. a train-rnn model's) instead of training one",
     )
     parser.add_argument(

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lmserve.export.cli_types import existing_file, regex
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -37,10 +39,12 @@ DEFAULT_FFNN_ORDER = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("corpus", type=Path, help="training text, one sentence per line")
+    parser.add_argument("corpus", type=existing_file, help="training text, one sentence per line")
     parser.add_argument("output_dir", type=Path, help="folder for checkpoints and the report")
-    parser.add_argument("--heldout", type=Path, required=True, help="validation text")
-    parser.add_argument("--test", type=Path, help="test text, evaluated with the best model")
+    parser.add_argument("--heldout", type=existing_file, required=True, help="validation text")
+    parser.add_argument(
+        "--test", type=existing_file, help="test text, evaluated with the best model"
+    )
     arch = parser.add_argument_group("architecture")
     arch.add_argument("--cell", choices=["rnn", "lstm", "gru", "ffnn"], default="lstm")
     arch.add_argument(
@@ -70,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bpe-vocab-size", type=int, default=8000, help="BPE vocabulary (specials included)"
     )
     tok.add_argument("--lowercase", action="store_true")
-    tok.add_argument("--token-pattern", help="words are the matches of this regex")
+    tok.add_argument("--token-pattern", type=regex, help="words are the matches of this regex")
     tok.add_argument(
         "--min-count",
         type=int,
@@ -206,12 +210,13 @@ def run(args: argparse.Namespace) -> int:
             return split_encoded(subword.encode_texts(lines(path)))
 
         train_ids = encode(args.corpus)
-    try:
-        model_cfg = architecture(len(vocab))
-    except ValidationError as exc:  # a corpus too small to have a vocabulary
-        for line in flag_messages(exc):
-            log(f"lmserve train-rnn: the corpus: {line}")
+    if len(vocab) < MIN_VOCAB_SIZE:
+        log(
+            f"lmserve train-rnn: the vocabulary has {len(vocab)} entries (specials included); "
+            f"a model needs at least {MIN_VOCAB_SIZE}: a larger corpus, or a larger --vocab-size"
+        )
         return 2
+    model_cfg = architecture(len(vocab))
     valid_ids = encode(args.heldout)
     log(f"vocabulary {len(vocab)} (specials included), {len(train_ids)} training sentences")
     import torch
