@@ -61,10 +61,8 @@ class NgramTables:
     def nbytes(self) -> int:
         """Bytes of the arrays (what the binary holds beside its header and vocabulary)."""
         lists = self.bigram_start.nbytes + self.bigram_words.nbytes
-        return self.uni_prob.nbytes + self.uni_backoff.nbytes + lists + self.tables_nbytes()
-
-    def tables_nbytes(self) -> int:
-        return sum(t.nbytes for t in self.tables)
+        tables = sum(t.nbytes for t in self.tables)
+        return self.uni_prob.nbytes + self.uni_backoff.nbytes + lists + tables
 
     def with_bigram_lists(self) -> NgramTables:
         """The same model with its bigram lists made from its exact order-2 table (empty lists,
