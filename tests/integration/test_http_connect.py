@@ -85,6 +85,15 @@ def port(server: BackgroundServer) -> int:
                     )
                 ],
                 score_weights={"am": 1.0},
+                bias=pb.BiasList(phrases=[pb.BiasPhrase(phrase="God said", boost=2.0)]),
+            ),
+        ),
+        (
+            "Score",
+            pb.ScoreRequest(
+                model="kjv3",
+                texts=TEXTS,
+                bias=pb.BiasList(phrases=[pb.BiasPhrase(phrase="the")], boost=0.5),
             ),
         ),
     ],

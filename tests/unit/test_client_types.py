@@ -20,6 +20,8 @@ def test_fast_totals_equal_the_dataclass_constructor() -> None:
         "token_count": 7,
         "oov_count": 1,
         "tokens": None,
+        "bias": 0.0,
+        "bias_phrases": (),
     }
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.log_prob = 0.0  # type: ignore[misc]

@@ -40,20 +40,29 @@ def health_from_model(info: ModelInfo) -> HealthStatus:
 
 
 class RerankOptions:
-    """The weights and options of a rerank call, shared by its requests (one per batch)."""
+    """The weights and options of a rerank call, shared by its requests (one per batch); a
+    bias list goes with the first request only (the server keeps it for the stream)."""
 
-    def __init__(self, model: str, **options: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
+        **options: Any,
+    ) -> None:
         self.model = model
         self.options = options
+        self.bias = req.bias_list(bias, bias_boost)
 
-    def request(self, lists: req.NBestLists) -> pb.RerankRequest:
-        return req.rerank_request(self.model, lists, **self.options)
+    def request(self, lists: req.NBestLists, *, with_bias: bool = True) -> pb.RerankRequest:
+        bias = self.bias if with_bias else None
+        return req.rerank_request(self.model, lists, bias=bias, **self.options)
 
     def stream_request(self, index: int, lists: req.NBestLists) -> pb.RerankRequest:
         """A batch's request; a bad batch's error names it as the server would:
         `requests[2].lists[0].hypotheses[1]: ...`."""
         try:
-            return self.request(lists)
+            return self.request(lists, with_bias=index == 0)
         except NBestInputError as exc:
             raise NBestInputError(f"requests[{index}].{exc.field}", exc.problem) from None
 
@@ -74,12 +83,12 @@ def score_calls(channel: Any) -> tuple[Any, Any]:
     return score, score_stream
 
 
-def scores(resp: _wire.ScoreReply, with_tokens: bool) -> list[TextScore]:
+def scores(resp: _wire.ScoreReply, with_tokens: bool, biased: bool = False) -> list[TextScore]:
     """One Score answer as TextScores, whichever way `_wire` read it."""
     if isinstance(resp, list):  # totals, read from the wire bytes (`_wire`)
         return resp
-    if with_tokens:
-        return [TextScore.from_proto(r, True) for r in resp.results]
+    if with_tokens or biased:
+        return [TextScore.from_proto(r, with_tokens, biased) for r in resp.results]
     # The common rescoring path: totals only, no per-token work.
     totals = TextScore.totals
     return [totals(r.log_prob, r.token_count, r.oov_count) for r in resp.results]

@@ -17,6 +17,9 @@ from lmserve.v1 import lm_service_pb2 as pb
 
 # Texts as strings, or texts already cut into tokens.
 Inputs = Sequence[str] | Sequence[Sequence[str]]
+# Phrases to boost: {phrase: boost in nats}, or phrases (each with `bias_boost`), or
+# (phrase, boost) pairs.
+Bias = Mapping[str, float] | Sequence[str] | Sequence[tuple[str, float]]
 
 DEFAULT_TARGET = "localhost:50051"
 # Per-token responses for big batches can pass gRPC's 4 MiB default.
@@ -48,7 +51,12 @@ def options(bos: bool, eos: bool) -> pb.ScoreOptions:
 
 
 def score_request(
-    model: str, inputs: Inputs, bos: bool, eos: bool, return_tokens: bool
+    model: str,
+    inputs: Inputs,
+    bos: bool,
+    eos: bool,
+    return_tokens: bool,
+    bias: pb.BiasList | None = None,
 ) -> pb.ScoreRequest:
     texts, lists = _split(inputs)
     return pb.ScoreRequest(
@@ -57,7 +65,31 @@ def score_request(
         token_lists=lists,
         options=options(bos, eos),
         return_tokens=return_tokens,
+        bias=bias,
     )
+
+
+def bias_list(bias: Bias | None, boost: float | None = None) -> pb.BiasList | None:
+    """The `bias` field from a {phrase: boost} mapping, a list of phrases (each boosted by
+    `boost`) or (phrase, boost) pairs; None when neither is given. Raises NBestInputError
+    (naming `bias.phrases[i]`) for a non-string phrase or a boost that is not a finite number."""
+    if bias is None:
+        return None
+    if isinstance(bias, str | bytes):
+        raise NBestInputError("bias", "pass a list of phrases or a {phrase: boost} mapping")
+    message = pb.BiasList()
+    if boost is not None:
+        message.boost = finite_number(boost, "bias.boost")
+    items = bias.items() if isinstance(bias, Mapping) else bias
+    for i, item in enumerate(items):
+        at = f"bias.phrases[{i}]"
+        phrase, value = (item, None) if isinstance(item, str) else item
+        if not isinstance(phrase, str):
+            raise NBestInputError(at, f"a phrase must be a string, got {phrase!r}")
+        entry = message.phrases.add(phrase=phrase)
+        if value is not None:
+            entry.boost = finite_number(value, f"{at}.boost")
+    return message
 
 
 def perplexity_request(model: str, inputs: Inputs, bos: bool, eos: bool) -> pb.PerplexityRequest:
@@ -228,6 +260,7 @@ def rerank_request(
     length_unit: str = "words",
     bos: bool = True,
     eos: bool = True,
+    bias: pb.BiasList | None = None,
 ) -> pb.RerankRequest:
     """A RerankRequest from NBestLists or JSON-lines dicts. What the wire cannot express or the
     server would refuse anyway (text and tokens both or neither, non-numbers, NaN or infinite
@@ -251,4 +284,5 @@ def rerank_request(
         length_bonus=finite_number(length_bonus, "length_bonus"),
         length_unit=unit,
         options=options(bos, eos),
+        bias=bias,
     )

@@ -119,12 +119,15 @@ class AsyncLmServeClient:
         bos: bool = True,
         eos: bool = True,
         return_tokens: bool = False,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
         timeout: float | None = None,
     ) -> list[TextScore]:
-        request = req.score_request(model, inputs, bos, eos, return_tokens)
+        bias_message = req.bias_list(bias, bias_boost)
+        request = req.score_request(model, inputs, bos, eos, return_tokens, bias_message)
         with rpc_errors():
             resp = await self._score(request, timeout=self._t(timeout))
-        return scores(resp, return_tokens)
+        return scores(resp, return_tokens, bias_message is not None)
 
     async def score_stream(
         self,
@@ -134,18 +137,26 @@ class AsyncLmServeClient:
         bos: bool = True,
         eos: bool = True,
         return_tokens: bool = False,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
         timeout: float | None = None,
     ) -> AsyncIterator[list[TextScore]]:
         """As `LmServeClient.score_stream`, from sync or async batches:
         `async for scores in client.score_stream(model, batches)`."""
-        requests: AsyncRequests[pb.ScoreRequest] = AsyncRequests(
-            batches, lambda batch: req.score_request(model, batch, bos, eos, return_tokens)
-        )
+        bias_message = req.bias_list(bias, bias_boost)  # sent once: the stream keeps it
+        counter = iter(range(1 << 62))
+
+        def request(batch: req.Inputs) -> pb.ScoreRequest:
+            first = next(counter) == 0
+            bias_field = bias_message if first else None
+            return req.score_request(model, batch, bos, eos, return_tokens, bias_field)
+
+        requests: AsyncRequests[pb.ScoreRequest] = AsyncRequests(batches, request)
         call = self._score_stream(requests.__aiter__(), timeout=self._t(timeout))
         try:
             with requests.errors():
                 async for resp in call:
-                    yield scores(resp, return_tokens)
+                    yield scores(resp, return_tokens, bias_message is not None)
         finally:
             call.cancel()
 
@@ -228,6 +239,8 @@ class AsyncLmServeClient:
         length_unit: str = "words",
         bos: bool = True,
         eos: bool = True,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
         timeout: float | None = None,
     ) -> RerankedLists:
         """As `LmServeClient.rerank`."""
@@ -239,6 +252,8 @@ class AsyncLmServeClient:
             length_unit=length_unit,
             bos=bos,
             eos=eos,
+            bias=bias,
+            bias_boost=bias_boost,
         )
         request = opts.request(lists)
         with rpc_errors():
@@ -256,6 +271,8 @@ class AsyncLmServeClient:
         length_unit: str = "words",
         bos: bool = True,
         eos: bool = True,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
         timeout: float | None = None,
     ) -> AsyncIterator[RerankedLists]:
         """As `LmServeClient.rerank_stream`, from sync or async batches."""
@@ -267,6 +284,8 @@ class AsyncLmServeClient:
             length_unit=length_unit,
             bos=bos,
             eos=eos,
+            bias=bias,
+            bias_boost=bias_boost,
         )
         counter = iter(range(1 << 62))
         requests: AsyncRequests[pb.RerankRequest] = AsyncRequests(

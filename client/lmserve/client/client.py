@@ -142,15 +142,18 @@ class LmServeClient:
         bos: bool = True,
         eos: bool = True,
         return_tokens: bool = False,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
         timeout: float | None = None,
     ) -> list[TextScore]:
         """Scores texts (strings) or token lists; one TextScore per input, in order.
 
         Log-probabilities are nats; `</s>` is scored and counted when `eos` is on."""
-        request = req.score_request(model, inputs, bos, eos, return_tokens)
+        bias_message = req.bias_list(bias, bias_boost)
+        request = req.score_request(model, inputs, bos, eos, return_tokens, bias_message)
         with rpc_errors():
             resp = self._score(request, timeout=self._t(timeout))
-        return _scores(resp, return_tokens)
+        return _scores(resp, return_tokens, bias_message is not None)
 
     def score_stream(
         self,
@@ -160,6 +163,8 @@ class LmServeClient:
         bos: bool = True,
         eos: bool = True,
         return_tokens: bool = False,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
         timeout: float | None = None,
     ) -> Iterator[list[TextScore]]:
         """Scores many batches on one ScoreStream call: yields each batch's TextScores, in the
@@ -171,14 +176,18 @@ class LmServeClient:
         whole stream. Leaving the iteration early cancels the call. A bad batch raises its
         error (the message names its index, e.g. `requests[3].texts[5]: ...`) after the
         answers to the batches before it were yielded."""
+        bias_message = req.bias_list(bias, bias_boost)  # sent once: the stream keeps it
         requests = CapturingIterator(
-            req.score_request(model, batch, bos, eos, return_tokens) for batch in batches
+            req.score_request(
+                model, batch, bos, eos, return_tokens, bias_message if i == 0 else None
+            )
+            for i, batch in enumerate(batches)
         )
         call = self._score_stream(requests, timeout=self._t(timeout))
         try:
             with requests.errors():
                 for resp in call:
-                    yield _scores(resp, return_tokens)
+                    yield _scores(resp, return_tokens, bias_message is not None)
         finally:
             call.cancel()  # a no-op when the stream already ended
 
@@ -269,6 +278,8 @@ class LmServeClient:
         length_unit: str = "words",
         bos: bool = True,
         eos: bool = True,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
         timeout: float | None = None,
     ) -> RerankedLists:
         """Reranks n-best lists (NBestList or `{"id", "hypotheses": [{"text", "scores"}]}`
@@ -285,6 +296,8 @@ class LmServeClient:
             length_unit=length_unit,
             bos=bos,
             eos=eos,
+            bias=bias,
+            bias_boost=bias_boost,
         )
         request = opts.request(lists)
         with rpc_errors():
@@ -302,6 +315,8 @@ class LmServeClient:
         length_unit: str = "words",
         bos: bool = True,
         eos: bool = True,
+        bias: req.Bias | None = None,
+        bias_boost: float | None = None,
         timeout: float | None = None,
     ) -> Iterator[RerankedLists]:
         """`rerank` for many batches of lists on one RerankStream call, as `score_stream` does
@@ -316,6 +331,8 @@ class LmServeClient:
             length_unit=length_unit,
             bos=bos,
             eos=eos,
+            bias=bias,
+            bias_boost=bias_boost,
         )
         requests = CapturingIterator(
             opts.stream_request(i, batch) for i, batch in enumerate(batches)

@@ -189,6 +189,9 @@ def reranked_record(nbest: NBestList, reranked: RerankedList) -> dict[str, Any]:
                 "scores": dict(original.scores),
             }
         )
+        if r.bias_phrases:
+            hyps[-1]["bias"] = r.bias
+            hyps[-1]["bias_phrases"] = list(r.bias_phrases)
     record: dict[str, Any] = {"id": reranked.id, "hypotheses": hyps}
     if nbest.reference is not None:
         record["reference"] = nbest.reference

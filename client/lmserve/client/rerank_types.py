@@ -193,11 +193,22 @@ class RerankedHypothesis:
     combined_score: float
     length: int
     oov_count: int
+    bias: float = 0.0
+    """With a bias list: the nats its matched phrases added to `combined_score`."""
+    bias_phrases: tuple[int, ...] = ()
+    """With a bias list: the matched phrases, as indexes into it, in text order."""
 
     @classmethod
     def from_proto(cls, msg: pb.RerankedHypothesis) -> RerankedHypothesis:
         return cls(
-            msg.index, msg.rank, msg.lm_log_prob, msg.combined_score, msg.length, msg.oov_count
+            msg.index,
+            msg.rank,
+            msg.lm_log_prob,
+            msg.combined_score,
+            msg.length,
+            msg.oov_count,
+            msg.bias,
+            tuple(msg.bias_phrases),
         )
 
 

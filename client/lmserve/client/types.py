@@ -64,6 +64,15 @@ class TextScore:
     oov_count: int
     tokens: tuple[TokenScore, ...] | None = None
     """Per-token details; present only when `return_tokens=True` was asked."""
+    bias: float = 0.0
+    """With a bias list: the nats its matched phrases add (`biased_log_prob - log_prob`)."""
+    bias_phrases: tuple[int, ...] = ()
+    """With a bias list: the matched phrases, as indexes into it, in text order."""
+
+    @property
+    def biased_log_prob(self) -> float:
+        """`log_prob + bias`: the figure Rerank combines."""
+        return self.log_prob + self.bias
 
     @classmethod
     def totals(cls, log_prob: float, token_count: int, oov_count: int) -> TextScore:
@@ -76,12 +85,17 @@ class TextScore:
         fields["token_count"] = token_count
         fields["oov_count"] = oov_count
         fields["tokens"] = None
+        fields["bias"] = 0.0
+        fields["bias_phrases"] = ()
         return obj
 
     @classmethod
-    def from_proto(cls, msg: pb.TextScore, with_tokens: bool) -> TextScore:
+    def from_proto(cls, msg: pb.TextScore, with_tokens: bool, biased: bool = False) -> TextScore:
+        bias, phrases = msg.bias, tuple(msg.bias_phrases)
         if not with_tokens:
-            return cls.totals(msg.log_prob, msg.token_count, msg.oov_count)
+            if not biased:
+                return cls.totals(msg.log_prob, msg.token_count, msg.oov_count)
+            return cls(msg.log_prob, msg.token_count, msg.oov_count, None, bias, phrases)
         d = msg.details
         lengths: list[int | None] = list(d.ngram_lengths) or [None] * len(d.tokens)
         tokens = tuple(
@@ -90,7 +104,7 @@ class TextScore:
                 d.tokens, d.token_ids, d.log_probs, d.oov, lengths, strict=True
             )
         )
-        return cls(msg.log_prob, msg.token_count, msg.oov_count, tokens)
+        return cls(msg.log_prob, msg.token_count, msg.oov_count, tokens, bias, phrases)
 
 
 @dataclass(frozen=True, slots=True)

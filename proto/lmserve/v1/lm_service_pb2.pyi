@@ -254,18 +254,36 @@ class ScoreOptions(_message.Message):
     def __init__(self, bos: _Optional[bool] = ..., eos: _Optional[bool] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("model", "texts", "token_lists", "options", "return_tokens")
+    __slots__ = ("model", "texts", "token_lists", "options", "return_tokens", "bias")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_LISTS_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     RETURN_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BIAS_FIELD_NUMBER: _ClassVar[int]
     model: str
     texts: _containers.RepeatedScalarFieldContainer[str]
     token_lists: _containers.RepeatedCompositeFieldContainer[TokenList]
     options: ScoreOptions
     return_tokens: bool
-    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., token_lists: _Optional[_Iterable[_Union[TokenList, _Mapping]]] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., return_tokens: _Optional[bool] = ...) -> None: ...
+    bias: BiasList
+    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., token_lists: _Optional[_Iterable[_Union[TokenList, _Mapping]]] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., return_tokens: _Optional[bool] = ..., bias: _Optional[_Union[BiasList, _Mapping]] = ...) -> None: ...
+
+class BiasPhrase(_message.Message):
+    __slots__ = ("phrase", "boost")
+    PHRASE_FIELD_NUMBER: _ClassVar[int]
+    BOOST_FIELD_NUMBER: _ClassVar[int]
+    phrase: str
+    boost: float
+    def __init__(self, phrase: _Optional[str] = ..., boost: _Optional[float] = ...) -> None: ...
+
+class BiasList(_message.Message):
+    __slots__ = ("phrases", "boost")
+    PHRASES_FIELD_NUMBER: _ClassVar[int]
+    BOOST_FIELD_NUMBER: _ClassVar[int]
+    phrases: _containers.RepeatedCompositeFieldContainer[BiasPhrase]
+    boost: float
+    def __init__(self, phrases: _Optional[_Iterable[_Union[BiasPhrase, _Mapping]]] = ..., boost: _Optional[float] = ...) -> None: ...
 
 class TokenDetails(_message.Message):
     __slots__ = ("tokens", "token_ids", "log_probs", "oov", "ngram_lengths")
@@ -282,16 +300,22 @@ class TokenDetails(_message.Message):
     def __init__(self, tokens: _Optional[_Iterable[str]] = ..., token_ids: _Optional[_Iterable[int]] = ..., log_probs: _Optional[_Iterable[float]] = ..., oov: _Optional[_Iterable[bool]] = ..., ngram_lengths: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TextScore(_message.Message):
-    __slots__ = ("log_prob", "token_count", "oov_count", "details")
+    __slots__ = ("log_prob", "token_count", "oov_count", "details", "bias", "biased_log_prob", "bias_phrases")
     LOG_PROB_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     OOV_COUNT_FIELD_NUMBER: _ClassVar[int]
     DETAILS_FIELD_NUMBER: _ClassVar[int]
+    BIAS_FIELD_NUMBER: _ClassVar[int]
+    BIASED_LOG_PROB_FIELD_NUMBER: _ClassVar[int]
+    BIAS_PHRASES_FIELD_NUMBER: _ClassVar[int]
     log_prob: float
     token_count: int
     oov_count: int
     details: TokenDetails
-    def __init__(self, log_prob: _Optional[float] = ..., token_count: _Optional[int] = ..., oov_count: _Optional[int] = ..., details: _Optional[_Union[TokenDetails, _Mapping]] = ...) -> None: ...
+    bias: float
+    biased_log_prob: float
+    bias_phrases: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, log_prob: _Optional[float] = ..., token_count: _Optional[int] = ..., oov_count: _Optional[int] = ..., details: _Optional[_Union[TokenDetails, _Mapping]] = ..., bias: _Optional[float] = ..., biased_log_prob: _Optional[float] = ..., bias_phrases: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
     __slots__ = ("model", "results")
@@ -559,7 +583,7 @@ class NBestList(_message.Message):
     def __init__(self, id: _Optional[str] = ..., hypotheses: _Optional[_Iterable[_Union[Hypothesis, _Mapping]]] = ...) -> None: ...
 
 class RerankRequest(_message.Message):
-    __slots__ = ("model", "lists", "score_weights", "lm_weight", "length_bonus", "length_unit", "options")
+    __slots__ = ("model", "lists", "score_weights", "lm_weight", "length_bonus", "length_unit", "options", "bias")
     class ScoreWeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -574,6 +598,7 @@ class RerankRequest(_message.Message):
     LENGTH_BONUS_FIELD_NUMBER: _ClassVar[int]
     LENGTH_UNIT_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    BIAS_FIELD_NUMBER: _ClassVar[int]
     model: str
     lists: _containers.RepeatedCompositeFieldContainer[NBestList]
     score_weights: _containers.ScalarMap[str, float]
@@ -581,23 +606,28 @@ class RerankRequest(_message.Message):
     length_bonus: float
     length_unit: LengthUnit
     options: ScoreOptions
-    def __init__(self, model: _Optional[str] = ..., lists: _Optional[_Iterable[_Union[NBestList, _Mapping]]] = ..., score_weights: _Optional[_Mapping[str, float]] = ..., lm_weight: _Optional[float] = ..., length_bonus: _Optional[float] = ..., length_unit: _Optional[_Union[LengthUnit, str]] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ...) -> None: ...
+    bias: BiasList
+    def __init__(self, model: _Optional[str] = ..., lists: _Optional[_Iterable[_Union[NBestList, _Mapping]]] = ..., score_weights: _Optional[_Mapping[str, float]] = ..., lm_weight: _Optional[float] = ..., length_bonus: _Optional[float] = ..., length_unit: _Optional[_Union[LengthUnit, str]] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., bias: _Optional[_Union[BiasList, _Mapping]] = ...) -> None: ...
 
 class RerankedHypothesis(_message.Message):
-    __slots__ = ("index", "rank", "lm_log_prob", "combined_score", "length", "oov_count")
+    __slots__ = ("index", "rank", "lm_log_prob", "combined_score", "length", "oov_count", "bias", "bias_phrases")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     LM_LOG_PROB_FIELD_NUMBER: _ClassVar[int]
     COMBINED_SCORE_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     OOV_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BIAS_FIELD_NUMBER: _ClassVar[int]
+    BIAS_PHRASES_FIELD_NUMBER: _ClassVar[int]
     index: int
     rank: int
     lm_log_prob: float
     combined_score: float
     length: int
     oov_count: int
-    def __init__(self, index: _Optional[int] = ..., rank: _Optional[int] = ..., lm_log_prob: _Optional[float] = ..., combined_score: _Optional[float] = ..., length: _Optional[int] = ..., oov_count: _Optional[int] = ...) -> None: ...
+    bias: float
+    bias_phrases: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., rank: _Optional[int] = ..., lm_log_prob: _Optional[float] = ..., combined_score: _Optional[float] = ..., length: _Optional[int] = ..., oov_count: _Optional[int] = ..., bias: _Optional[float] = ..., bias_phrases: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RerankedList(_message.Message):
     __slots__ = ("id", "hypotheses")

@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     # Rerank: n-best lists per request and hypotheses per list.
     max_rerank_lists: int = Field(default=1_000, ge=1)
     max_rerank_hypotheses: int = Field(default=1_000, ge=1)
+    # Rerank and Score: phrases one bias list may hold (a contact list, a glossary).
+    max_bias_phrases: int = Field(default=10_000, ge=1)
     # Complete: the most suggestions one keystroke may ask for.
     max_completions: int = Field(default=100, ge=1)
     # Autocomplete sessions each model keeps (least recently used dropped first), how long an

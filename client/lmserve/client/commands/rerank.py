@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from lmserve.client.commands._bias_args import add_bias_arguments, bias_arguments
 from lmserve.client.commands._common import add_connection_arguments, fail, with_client
 from lmserve.client.commands._nbest_args import add_input_arguments, batched, read_lists
 from lmserve.client.commands._progress import Progress
@@ -47,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print JSON lines: one reranked list per line"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_bias_arguments(parser)
     add_connection_arguments(parser, timeout=3600.0)
 
 
@@ -78,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             length_unit=args.length_unit,
             bos=not args.no_bos,
             eos=not args.no_eos,
+            **bias_arguments(args),
         )
         try:
             for reranked in answers:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 from lmserve.server.api import wire
+from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.scoring import PerplexityStats, ScoredTexts, TokenDetails
 from lmserve.server.manifest import ModelFormat, ModelKind
 from lmserve.server.registry.repository import ModelEntry, ModelState
@@ -135,12 +137,23 @@ def _model_field(model: str) -> bytes:
     return wire.string_field(1, model)
 
 
-def score_response(model: str, scored: ScoredTexts) -> pb.ScoreResponse:
+def score_response(
+    model: str, scored: ScoredTexts, bias: Sequence[BiasMatch] | None = None
+) -> pb.ScoreResponse:
     """One TextScore per text, built field by field; per-token details only when they were
     computed. What `score_response_bytes` gives when the totals do not fit its records or
     details were asked for. Results are appended in place with `results.add`, about twice as
-    fast as building a list of TextScore messages and copying it in."""
+    fast as building a list of TextScore messages and copying it in. With a bias list's
+    matches (one per text) each result also gets its bias and biased total."""
     response = pb.ScoreResponse(model=model)
+    if bias is not None:
+        for k, found in enumerate(bias):
+            result = score_response_text(scored, k)
+            result.bias = found.boost
+            result.biased_log_prob = result.log_prob + found.boost
+            result.bias_phrases.extend(found.phrases)
+            response.results.append(result)
+        return response
     add = response.results.add
     totals = zip(
         scored.log_probs.tolist(),
@@ -155,6 +168,18 @@ def score_response(model: str, scored: ScoredTexts) -> pb.ScoreResponse:
     for (lp, n, o), d in zip(totals, scored.details, strict=True):
         add(log_prob=lp, token_count=n, oov_count=o, details=token_details(d))
     return response
+
+
+def score_response_text(scored: ScoredTexts, k: int) -> pb.TextScore:
+    """Text k's TextScore (with its details when they were computed)."""
+    result = pb.TextScore(
+        log_prob=float(scored.log_probs[k]),
+        token_count=int(scored.token_counts[k]),
+        oov_count=int(scored.oov_counts[k]),
+    )
+    if scored.details is not None:
+        result.details.CopyFrom(token_details(scored.details[k]))
+    return result
 
 
 def token_details(details: TokenDetails) -> pb.TokenDetails:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from lmserve.server.api.bias import StreamBias, request_bias
 from lmserve.server.api.model_use import use_model
 from lmserve.server.api.validation import check_no_empty_token, check_text_bytes, validate_options
 from lmserve.server.decoding.params import finite
@@ -105,20 +106,33 @@ def _hypotheses(request: pb.RerankRequest, limits: RequestLimits) -> NBestLists:
 
 
 async def rerank(
-    models: ServedModels, limits: RequestLimits, request: pb.RerankRequest, deadline: float | None
+    models: ServedModels,
+    limits: RequestLimits,
+    request: pb.RerankRequest,
+    deadline: float | None,
+    stream_bias: StreamBias | None = None,
 ) -> pb.RerankResponse:
-    """One Rerank request, checked, scored and answered (lists in request order)."""
+    """One Rerank request, checked, scored and answered (lists in request order). On
+    RerankStream, `stream_bias` holds the stream's bias list for messages that send none."""
     with use_model(models, request.model) as served:
-        return await _rerank(served, limits, request, deadline)
+        return await _rerank(served, limits, request, deadline, stream_bias)
 
 
 async def _rerank(
-    served: ServedModel, limits: RequestLimits, request: pb.RerankRequest, deadline: float | None
+    served: ServedModel,
+    limits: RequestLimits,
+    request: pb.RerankRequest,
+    deadline: float | None,
+    stream_bias: StreamBias | None,
 ) -> pb.RerankResponse:
     weights = rerank_weights(request)
     options = validate_options(request)
     lists = _hypotheses(request, limits)
-    result = await rerank_lists(served, lists, weights, options, deadline)
+    if stream_bias is not None:
+        bias = stream_bias.bias(request, served, limits)
+    else:
+        bias = request_bias(request, served, limits)
+    result = await rerank_lists(served, lists, weights, options, deadline, bias)
     response = pb.RerankResponse(
         model=served.name,
         request_tokens=result.request_tokens,
@@ -136,5 +150,7 @@ async def _rerank(
                 combined_score=float(result.combined[k]),
                 length=int(result.lengths[k]),
                 oov_count=int(result.oov_counts[k]),
+                bias=float(result.bias[k]),
+                bias_phrases=result.bias_phrases[k],
             )
     return response

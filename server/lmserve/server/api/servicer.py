@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from lmserve.server.api import convert, generation
+from lmserve.server.api.bias import StreamBias, request_bias
 from lmserve.server.api.complete import complete_stream
 from lmserve.server.api.interceptors import note_model
 from lmserve.server.api.model_use import same_model, use_model
@@ -27,6 +28,7 @@ from lmserve.server.api.validation import (
 )
 from lmserve.server.decoding.scoring import PerplexityAccumulator, ScoredTexts, ScoreOptions
 from lmserve.server.decoding.stopping import FinishReason
+from lmserve.server.engine.biasing import bias_matches
 from lmserve.server.engine.generation.sequence import FinishEvent
 from lmserve.server.engine.served_model import ServedModel, TextInput
 from lmserve.server.engine.served_models import ServedModels
@@ -89,22 +91,34 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
     ) -> AsyncIterator[pb.ScoreResponse | bytes]:
         """Score per message, answered in order; a failure names the request's index."""
         deadline = _deadline(context)
+        bias = StreamBias()  # a list sent once biases the stream's later messages too
         async for response in pipelined(
-            request_iterator, lambda request: self._score_request(request, deadline)
+            request_iterator, lambda request: self._score_request(request, deadline, bias)
         ):
             yield response
 
     async def _score_request(
-        self, request: pb.ScoreRequest, deadline: float | None
+        self,
+        request: pb.ScoreRequest,
+        deadline: float | None,
+        stream_bias: StreamBias | None = None,
     ) -> pb.ScoreResponse | bytes:
         """One Score request, validated, scored and converted (Score and ScoreStream): totals
         alone as the response's wire bytes, which the interceptor sends as they are."""
+        limits = self._limits.requests
         with use_model(self._models, request.model) as served:
-            batch = validate_batch(request, self._limits.requests)
+            batch = validate_batch(request, limits)
             options = validate_options(request)
+            if stream_bias is not None:
+                bias = stream_bias.bias(request, served, limits)
+            else:
+                bias = request_bias(request, served, limits)
             scored = await served.score(
                 batch, options, details=request.return_tokens, deadline=deadline
             )
+            if bias is not None:
+                matches = bias_matches(served.codec, bias, batch)
+                return convert.score_response(request.model, scored, matches)
         return convert.score_response_bytes(request.model, scored)
 
     async def Perplexity(
@@ -196,8 +210,9 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         """Rerank per message, answered in order; a failure names the request's index."""
         deadline = _deadline(context)
         limits = self._limits.requests
+        bias = StreamBias()  # a list sent once biases the stream's later messages too
         async for response in pipelined(
-            request_iterator, lambda request: rerank(self._models, limits, request, deadline)
+            request_iterator, lambda request: rerank(self._models, limits, request, deadline, bias)
         ):
             yield response
 

@@ -26,6 +26,8 @@ class RequestLimits:
     # Rerank: lists per request and hypotheses per list.
     max_rerank_lists: int = 1_000
     max_rerank_hypotheses: int = 1_000
+    # Rerank and Score: phrases in one bias list.
+    max_bias_phrases: int = 10_000
     # Complete: suggestions per keystroke.
     max_completions: int = 100
     # UTF-8 bytes of one text (texts, prompts, hypotheses, append_text), checked before tokenizing.
@@ -49,6 +51,7 @@ class EngineLimits:
                 max_tokens_per_text=settings.max_tokens_per_text,
                 max_rerank_lists=settings.max_rerank_lists,
                 max_rerank_hypotheses=settings.max_rerank_hypotheses,
+                max_bias_phrases=settings.max_bias_phrases,
                 max_completions=settings.max_completions,
                 max_text_bytes=settings.max_text_bytes,
             ),

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lmserve.server.decoding.bias import PhraseBias
 from lmserve.server.decoding.rerank import FloatArray, IntArray, RerankWeights, rank, text_length
 from lmserve.server.decoding.scoring import ScoreOptions
+from lmserve.server.engine.biasing import bias_matches
 from lmserve.server.engine.served_model import ServedModel, TextInput
 from lmserve.server.errors import InvalidArgument
 
@@ -53,13 +55,16 @@ class NBestLists:
 
 @dataclass(frozen=True)
 class RerankedLists:
-    """Per flattened hypothesis: LM total (nats), combined score, length, OOV count; per list
-    its ranking; and the token positions the request held against those computed."""
+    """Per flattened hypothesis: LM total (nats), combined score, length, OOV count, bias
+    (nats) and matched bias phrases; per list its ranking; and the token positions the
+    request held against those computed."""
 
     lm_log_probs: FloatArray
     combined: FloatArray
     lengths: IntArray
     oov_counts: IntArray
+    bias: FloatArray
+    bias_phrases: list[list[int]]
     rankings: list[list[int]]  # list i's hypothesis indexes (within the list), best first
     list_bounds: list[int]
     request_tokens: int
@@ -72,14 +77,21 @@ async def rerank_lists(
     weights: RerankWeights,
     options: ScoreOptions,
     deadline: float | None,
+    bias: PhraseBias | None = None,
 ) -> RerankedLists:
-    """Scores, combines and ranks every list; a scoring error names its list and hypothesis."""
+    """Scores, combines and ranks every list; a scoring error names its list and hypothesis.
+    With a bias list each hypothesis's matched phrases' boosts are added to its combined score."""
     total = len(lists.items)
     log_probs = np.zeros(total, dtype=np.float64)
     token_counts = np.zeros(total, dtype=np.int64)
     oov_counts = np.zeros(total, dtype=np.int64)
     request_tokens = computed_tokens = 0
+    biases = np.zeros(total, dtype=np.float64)
+    bias_phrases: list[list[int]] = [[] for _ in range(total)]
     for positions, group in lists.groups():
+        if bias is not None:
+            for k, found in zip(positions, bias_matches(served.codec, bias, group), strict=True):
+                biases[k], bias_phrases[k] = found.boost, found.phrases
         try:
             lm = await served.lm_scores(group, options, deadline)
         except InvalidArgument as exc:
@@ -95,7 +107,7 @@ async def rerank_lists(
         dtype=np.int64,
         count=total,
     )
-    combined = weights.combine(log_probs, lists.scores, lengths)
+    combined = weights.combine(log_probs, lists.scores, lengths) + biases
     bounds = lists.list_bounds
     rankings = [rank(combined[bounds[i] : bounds[i + 1]]).tolist() for i in range(len(bounds) - 1)]
     return RerankedLists(
@@ -103,6 +115,8 @@ async def rerank_lists(
         combined,
         lengths,
         oov_counts,
+        biases,
+        bias_phrases,
         rankings,
         bounds,
         request_tokens,

@@ -1,0 +1,88 @@
+"""The `bias` field of Score and Rerank requests: checked, split by the model's tokenizer and
+compiled once (per request, or once per stream).
+
+    bias = request_bias(request, served, limits)       # PhraseBias, or None without a list
+    stream = StreamBias(); bias = stream.bias(request, served, limits)   # ScoreStream, RerankStream
+
+A phrase with no words under the model's tokenizer, a boost that is not finite, a phrase with
+no boost where the list sets none, a repeated phrase, or more phrases than `max_bias_phrases`
+is INVALID_ARGUMENT (RESOURCE_EXHAUSTED for the count) naming `bias.phrases[i]`.
+"""
+
+from __future__ import annotations
+
+from lmserve.server.api.validation import check_text_bytes
+from lmserve.server.decoding.bias import BiasPhrase, PhraseBias, fold
+from lmserve.server.decoding.params import finite
+from lmserve.server.engine.biasing import phrase_words
+from lmserve.server.engine.limits import RequestLimits
+from lmserve.server.engine.served_model import ServedModel
+from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.v1 import lm_service_pb2 as pb
+
+
+def compile_bias(message: pb.BiasList, served: ServedModel, limits: RequestLimits) -> PhraseBias:
+    """The list checked and compiled for `served`'s tokenizer (an empty list matches nothing)."""
+    count = len(message.phrases)
+    if count > limits.max_bias_phrases:
+        raise RequestTooLarge("bias.phrases", count, limits.max_bias_phrases, "phrases")
+    shared = finite("bias.boost", message.boost) if message.HasField("boost") else None
+    phrases: list[BiasPhrase] = []
+    seen: dict[tuple[str, ...], int] = {}
+    for i, entry in enumerate(message.phrases):
+        at = f"bias.phrases[{i}]"
+        check_text_bytes(f"{at}.phrase", entry.phrase, limits)
+        words = phrase_words(served.codec, entry.phrase)
+        if not words:
+            raise InvalidArgument(
+                f"{at}.phrase",
+                f"{entry.phrase[:100]!r} has no words under model {served.name!r}'s tokenizer",
+            )
+        if entry.HasField("boost"):
+            boost = finite(f"{at}.boost", entry.boost)
+        elif shared is not None:
+            boost = shared
+        else:
+            raise InvalidArgument(f"{at}.boost", "is not set and bias.boost is not either")
+        key = tuple(fold(w) for w in words)
+        if key in seen:
+            raise InvalidArgument(
+                at, f"{entry.phrase[:100]!r} repeats bias.phrases[{seen[key]}]; give it once"
+            )
+        seen[key] = i
+        phrases.append(BiasPhrase(words, boost))
+    return PhraseBias(phrases)
+
+
+def request_bias(
+    request: pb.ScoreRequest | pb.RerankRequest, served: ServedModel, limits: RequestLimits
+) -> PhraseBias | None:
+    """The request's own bias list, compiled; None when it sets none."""
+    if not request.HasField("bias"):
+        return None
+    return compile_bias(request.bias, served, limits)
+
+
+class StreamBias:
+    """A stream's bias list: a message's own, else the last one a message of the stream set
+    (compiled once per model, not once per message)."""
+
+    def __init__(self) -> None:
+        self._message: pb.BiasList | None = None
+        self._compiled: dict[str, PhraseBias] = {}
+
+    def bias(
+        self,
+        request: pb.ScoreRequest | pb.RerankRequest,
+        served: ServedModel,
+        limits: RequestLimits,
+    ) -> PhraseBias | None:
+        if request.HasField("bias"):
+            compiled = compile_bias(request.bias, served, limits)
+            self._message, self._compiled = request.bias, {served.name: compiled}
+            return compiled
+        if self._message is None:
+            return None
+        if served.name not in self._compiled:
+            self._compiled[served.name] = compile_bias(self._message, served, limits)
+        return self._compiled[served.name]
