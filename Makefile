@@ -9,7 +9,8 @@ PROTO_SRC := proto/lmserve/v1/lm_service.proto
 DEFAULT_NGRAM := models/kjv-5gram/model.yaml
 KJV := export/lmserve/export/corpora/kjv
 
-.PHONY: install serve test check lint proto models bench image image-test clean
+.PHONY: install serve test check lint proto models bench image image-test image-gpu \
+	image-gpu-test clean
 
 $(STAMP): pyproject.toml client/pyproject.toml hatch_build.py $(wildcard server/lmserve/server/*/*.[ch] server/lmserve/server/*/*/*.[ch] server/lmserve/server/*/*/*/*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +65,18 @@ image:
 # SIGTERM draining to exit 0 (deploy/image/check_image.py; needs root for buildah).
 image-test: $(STAMP) image
 	$(BIN)/python deploy/image/check_image.py $(IMAGE)
+
+# The GPU image (deploy/Dockerfile.gpu: onnxruntime-gpu, CUDA 12, cuDNN 9), on nvidia/cuda or,
+# where that cannot be pulled, on a CUDA base made from NVIDIA's PyPI wheels (about 3 GB to
+# download; not part of `make test` or CI). image-gpu-test checks what needs no GPU: the CUDA
+# provider is there and its libraries resolve, the shipped models serve (on the CPU provider
+# without a device), Score answers, SIGTERM drains.
+IMAGE_GPU ?= localhost/lmserve:gpu
+image-gpu:
+	deploy/image/build.sh --gpu $(IMAGE_GPU)
+
+image-gpu-test: $(STAMP) image-gpu
+	$(BIN)/python deploy/image/check_image.py --gpu-image $(IMAGE_GPU)
 
 bench: install models
 	$(BIN)/python bench/run_all.py

@@ -4,12 +4,32 @@
 # made locally (make_base.sh) and passed as the PYTHON_IMAGE build argument. When pip reaches
 # package indexes through a TLS-intercepting proxy whose CA this host trusts (PIP_CERT or
 # SSL_CERT_FILE), that CA goes in as the build secret `ca`: the build uses it, the image does
-# not keep it. Usage: build.sh [TAG]
+# not keep it.
+#
+# --gpu builds deploy/Dockerfile.gpu (default tag localhost/lmserve:gpu) on nvidia/cuda
+# ($CUDA_IMAGE); where that cannot be pulled, on a CUDA 12 + cuDNN 9 base made from the local
+# Debian one with NVIDIA's PyPI wheels (Containerfile.cuda-base), passed as CUDA_IMAGE.
+# Usage: build.sh [--gpu] [TAG]
 set -euo pipefail
-tag=${1:-localhost/lmserve:cpu}
-dockerfile=${DOCKERFILE:-deploy/Dockerfile}
-official=${PYTHON_IMAGE:-python:3.11.14-slim-bookworm}
-local_base=localhost/lmserve-base:bookworm
+gpu=false
+if [ "${1:-}" = --gpu ]; then
+  gpu=true
+  shift
+fi
+plain_base=localhost/lmserve-base:bookworm
+if $gpu; then
+  tag=${1:-localhost/lmserve:gpu}
+  dockerfile=${DOCKERFILE:-deploy/Dockerfile.gpu}
+  base_arg=CUDA_IMAGE
+  official=${CUDA_IMAGE:-nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04}
+  local_base=localhost/lmserve-cuda-base:bookworm
+else
+  tag=${1:-localhost/lmserve:cpu}
+  dockerfile=${DOCKERFILE:-deploy/Dockerfile}
+  base_arg=PYTHON_IMAGE
+  official=${PYTHON_IMAGE:-python:3.11.14-slim-bookworm}
+  local_base=$plain_base
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
 
@@ -30,16 +50,27 @@ else
   exit 2
 fi
 
+secret=()
+ca=${PIP_CERT:-${SSL_CERT_FILE:-}}
+if [ -n "$ca" ] && [ -s "$ca" ]; then
+  secret+=(--secret "id=ca,src=$ca")
+fi
+
 args=()
 if ! timeout 120 "${pull[@]}" "$official" >/dev/null 2>&1; then
   if ! "${has[@]}" "$local_base" >/dev/null 2>&1; then
-    echo "build.sh: cannot pull $official; making $local_base with debootstrap" >&2
-    "$here/make_base.sh" "$local_base" >/dev/null
+    if ! "${has[@]}" "$plain_base" >/dev/null 2>&1; then
+      echo "build.sh: cannot pull $official; making $plain_base with debootstrap" >&2
+      "$here/make_base.sh" "$plain_base" >/dev/null
+    fi
+    if $gpu; then
+      echo "build.sh: cannot pull $official; making $local_base from $plain_base" >&2
+      empty=$(mktemp -d)
+      trap 'rm -rf "$empty"' EXIT
+      "${tool[@]}" "${secret[@]}" --build-arg "BASE=$plain_base" \
+        -f "$here/Containerfile.cuda-base" -t "$local_base" "$empty"
+    fi
   fi
-  args+=(--build-arg "PYTHON_IMAGE=$local_base")
+  args+=(--build-arg "$base_arg=$local_base")
 fi
-ca=${PIP_CERT:-${SSL_CERT_FILE:-}}
-if [ -n "$ca" ] && [ -s "$ca" ]; then
-  args+=(--secret "id=ca,src=$ca")
-fi
-"${tool[@]}" "${args[@]}" -f "$dockerfile" -t "$tag" .
+"${tool[@]}" "${args[@]}" "${secret[@]}" -f "$dockerfile" -t "$tag" .

@@ -1,6 +1,6 @@
 """Runs the built image as an operator would and checks it from outside (`make image-test`).
 
-    python deploy/image/check_image.py [IMAGE] [--base BASE]
+    python deploy/image/check_image.py [IMAGE] [--base BASE] [--gpu-image]
 
 With the models baked into the image, then with a model folder mounted over `/models`, then
 as three replicas behind one client (round_robin over its address list), one of them killed
@@ -10,6 +10,12 @@ KenLM's on the image's own ARPA copy, a Generate stream, the Prometheus scrape a
 health, then SIGTERM: the server drains and exits 0. Prints JSON lines (image size, the layers
 over the base, seconds to SERVING, the replicas' calls) and exits non-zero on the first failed
 check.
+
+--gpu-image checks the GPU image (deploy/Dockerfile.gpu, `make image-gpu-test`) with what needs no
+GPU: inside the image, ONNX Runtime lists the CUDA execution provider and the provider's shared
+library resolves every library it links (ldd with the image's linker paths) except the driver's
+libcuda.so.1, which the NVIDIA container toolkit mounts at run time; then the baked models run
+alone (on the CPU provider where there is no device). No mounted folder, no replicas.
 
 Containers are run with podman or docker when they can start one here; where they cannot
 (this VM: `crun: setrlimit RLIMIT_NOFILE: Operation not permitted`), the entrypoint runs in the
@@ -48,6 +54,10 @@ SHIPPED = ["kjv-5gram", "kjv-ffnn", "kjv-gru", "kjv-lstm", "kjv-lstm-5gram"]
 IMAGE_USER = 10001
 LOCAL_BASE = "localhost/lmserve-base:bookworm"  # deploy/image/make_base.sh
 OFFICIAL_BASE = "python:3.11.14-slim-bookworm"
+LOCAL_CUDA_BASE = "localhost/lmserve-cuda-base:bookworm"  # deploy/image/Containerfile.cuda-base
+OFFICIAL_CUDA_BASE = "nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04"
+# The driver's libraries: never in an image, mounted by the NVIDIA container toolkit.
+DRIVER_LIBRARIES = {"libcuda.so.1", "libnvidia-ml.so.1"}
 TEXTS = [
     "in the beginning god created the heaven and the earth",
     "and the lord spake unto moses saying",
@@ -170,6 +180,18 @@ class Runner:
             subprocess.run(["buildah", "rm", self.ctr], check=False, capture_output=True)
         return code
 
+    def run_once(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """A command in a fresh container of the image, as its user, with its environment."""
+        if self.tool == "buildah":
+            ctr = sh("buildah", "from", self.image)
+            try:
+                cmd = ["buildah", "run", "--isolation", "chroot", ctr, "--", *argv]
+                return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            finally:
+                subprocess.run(["buildah", "rm", ctr], check=False, capture_output=True)
+        cmd = [self.tool, "run", "--rm", "--entrypoint", argv[0], self.image, *argv[1:]]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
     def read_file(self, path: str) -> bytes:
         """A file of the image (its filesystem mounted, or copied out of a container)."""
         if self.tool == "docker":
@@ -287,6 +309,63 @@ def run_mounted(runner: Runner, work: Path) -> None:
     check(code == 0, f"SIGTERM: drained and exited {code}")
 
 
+PROVIDERS = """
+import json, os, onnxruntime as ort
+capi = os.path.join(os.path.dirname(ort.__file__), "capi")
+print(json.dumps({"version": ort.__version__, "providers": ort.get_available_providers(),
+                  "cuda": os.path.join(capi, "libonnxruntime_providers_cuda.so")}))
+"""
+
+
+def ldd(runner: Runner, *files: str) -> tuple[dict[str, str], set[str]]:
+    """The libraries `files` link, as the image's dynamic linker resolves them, and those it
+    cannot find."""
+    found = runner.run_once("ldd", *files)
+    check(found.returncode == 0, f"ldd in the image: {found.stderr[-300:]}")
+    resolved: dict[str, str] = {}
+    missing: set[str] = set()
+    for line in found.stdout.splitlines():
+        name, arrow, where = line.strip().partition(" => ")
+        if not arrow:
+            continue
+        if where.startswith("not found"):
+            missing.add(name)
+        else:
+            resolved[name] = where.split(" (")[0]
+    return resolved, missing
+
+
+def run_gpu_libraries(runner: Runner) -> None:
+    """ONNX Runtime inside the image offers the CUDA provider, and the provider's library finds
+    every library it links (CUDA runtime, cuBLAS, cuFFT, cuRAND, cuDNN), as do those libraries'
+    folders (cuDNN 9 opens its engine libraries at run time), all but the driver's."""
+    found = runner.run_once("python", "-c", PROVIDERS)
+    check(found.returncode == 0, f"onnxruntime imports in the image {found.stderr[-300:]}")
+    info = json.loads(found.stdout.strip().splitlines()[-1])
+    emit("image_onnxruntime_providers", len(info["providers"]), "providers", **info)
+    check("CUDAExecutionProvider" in info["providers"], f"CUDA provider: {info['providers']}")
+    resolved, missing = ldd(runner, info["cuda"])
+    cuda = {k: v for k, v in resolved.items() if k.startswith(("libcu", "libnv"))}
+    emit(
+        "image_cuda_provider_libraries",
+        len(resolved),
+        "libraries",
+        missing=sorted(missing),
+        cuda=cuda,
+    )
+    check(missing <= DRIVER_LIBRARIES, f"the CUDA provider's libraries resolve ({sorted(missing)})")
+    for needed in ("libcudart.so.12", "libcublas.so.12", "libcudnn.so.9"):
+        check(needed in cuda, f"the CUDA provider links {needed}: {cuda.get(needed)}")
+    folders = sorted({os.path.dirname(path) for path in cuda.values()})
+    listing = runner.run_once("sh", "-c", 'for d; do ls -d "$d"/lib*.so*; done', "sh", *folders)
+    libraries = listing.stdout.split()
+    _, missing = ldd(runner, *libraries)
+    check(
+        missing <= DRIVER_LIBRARIES,
+        f"the {len(libraries)} libraries in {len(folders)} CUDA folders resolve {sorted(missing)}",
+    )
+
+
 def score_calls(metrics_port: int) -> float:
     """The OK Score calls a replica's /metrics counted."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -391,7 +470,14 @@ def main() -> int:
         default=[LOCAL_BASE, OFFICIAL_BASE],
         help="base images the layers are counted over: the first present is the one built on",
     )
+    parser.add_argument(
+        "--gpu-image",
+        action="store_true",
+        help="the GPU image: its CUDA provider and libraries, then the baked models alone",
+    )
     args = parser.parse_args()
+    if args.gpu_image and args.base == [LOCAL_BASE, OFFICIAL_BASE]:
+        args.base = [LOCAL_CUDA_BASE, OFFICIAL_CUDA_BASE]
     size = image_size(args.image)
     if size is None:
         print(f"check_image: no image {args.image}: build it first (make image)", file=sys.stderr)
@@ -407,8 +493,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lmserve-image-") as tmp:
         work = Path(tmp)
         try:
+            if args.gpu_image:
+                print(f"{args.image}: the CUDA provider and its libraries", file=sys.stderr)
+                run_gpu_libraries(runner)
             print(f"{args.image}: the baked models", file=sys.stderr)
             run_baked(runner, work)
+            if args.gpu_image:
+                print("check_image: every check passed", file=sys.stderr)
+                return 0
             print(f"{args.image}: a mounted model folder", file=sys.stderr)
             run_mounted(runner, work)
             print(f"{args.image}: three replicas, one killed under load", file=sys.stderr)
