@@ -81,6 +81,9 @@ def server(repository: Path) -> Iterator[BackgroundServer]:
             "port": 0,
             "metrics_enabled": False,
             "max_tokens_per_text": MAX_TOKENS,
+            # The base model's exact answers: the session cache is off here and tested in
+            # test_complete_cache.py.
+            "complete_cache_weight": 0.0,
         }
     )
     running = start_background_server(settings, registry=CollectorRegistry())
@@ -445,7 +448,12 @@ def test_a_session_survives_its_server_process_being_replaced(
     second: subprocess.Popen[bytes] | None = None
     try:
         _wait_serving(port, first)
-        with LmServeClient(f"127.0.0.1:{port}") as client, client.complete(NGRAM, k=3) as session:
+        # cache_weight 0 (sent again on the new stream): the base model's exact answers.
+        opened = {"k": 3, "cache_weight": 0.0}
+        with (
+            LmServeClient(f"127.0.0.1:{port}") as client,
+            client.complete(NGRAM, **opened) as session,
+        ):
             before = session.type("and god said let there be li")
             first.kill()
             first.wait(timeout=10)

@@ -81,6 +81,9 @@ def server(trained: dict[str, Any]) -> Iterator[BackgroundServer]:
             "metrics_enabled": False,
             "max_chunk_tokens": 4,  # texts cross several chunks, the window carried between
             "max_active_sequences": 8,
+            # The base model's exact answers: the session cache is off here and tested in
+            # test_complete_cache.py.
+            "complete_cache_weight": 0.0,
         }
     )
     running = start_background_server(settings, registry=CollectorRegistry())

@@ -130,6 +130,9 @@ def server(repository: Path) -> Iterator[BackgroundServer]:
             "max_chunk_tokens": 16,
             # Small units: requests are cut into several passes, concurrent ones share passes.
             "scoring_unit_tokens": 64,
+            # The base model's exact answers: the session cache is off here and tested in
+            # test_complete_cache.py.
+            "complete_cache_weight": 0.0,
         }
     )
     running = start_background_server(settings, registry=CollectorRegistry())

@@ -300,10 +300,23 @@ class AsyncLmServeClient:
             call.cancel()
 
     def complete(
-        self, model: str, *, k: int = 3, session_id: str | None = None
+        self,
+        model: str,
+        *,
+        k: int = 3,
+        session_id: str | None = None,
+        user_words: Sequence[str] | None = None,
+        cache_weight: float | None = None,
     ) -> AsyncCompletionSession:
         """As `LmServeClient.complete`: `async with client.complete(model) as session`."""
-        return AsyncCompletionSession(self._stub.Complete, model, k=k, session_id=session_id)
+        return AsyncCompletionSession(
+            self._stub.Complete,
+            model,
+            k=k,
+            session_id=session_id,
+            user_words=user_words,
+            cache_weight=cache_weight,
+        )
 
     async def health(
         self, model: str | None = None, *, timeout: float | None = None

@@ -347,12 +347,29 @@ class LmServeClient:
 
     # -- autocomplete ---------------------------------------------------------------------------
     def complete(
-        self, model: str, *, k: int = 3, session_id: str | None = None
+        self,
+        model: str,
+        *,
+        k: int = 3,
+        session_id: str | None = None,
+        user_words: Sequence[str] | None = None,
+        cache_weight: float | None = None,
     ) -> CompletionSession:
         """An autocomplete session on one Complete stream: `type`, `backspace`, `accept`...
         each answer the `k` most probable next words. `session_id` continues a session the
-        server holds. Use it as a context manager (or `close()` it)."""
-        return CompletionSession(self._stub.Complete, model, k=k, session_id=session_id)
+        server holds. Use it as a context manager (or `close()` it).
+
+        On a word-level model the session adapts to its own words (a cache of its sentences,
+        one per `reset`, mixed with the model): `user_words` are offered even when the model
+        does not know them; `cache_weight` sets the mixture's weight (0: off)."""
+        return CompletionSession(
+            self._stub.Complete,
+            model,
+            k=k,
+            session_id=session_id,
+            user_words=user_words,
+            cache_weight=cache_weight,
+        )
 
     # -- health ---------------------------------------------------------------------------------
     def health(self, model: str | None = None, *, timeout: float | None = None) -> HealthStatus:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -53,11 +53,23 @@ class _Keystrokes:
     """The session as the client sees it and the message each edit sends: no I/O, shared by
     the sync and the asyncio sessions."""
 
-    def __init__(self, model: str, k: int, session_id: str | None) -> None:
+    def __init__(
+        self,
+        model: str,
+        k: int,
+        session_id: str | None,
+        user_words: Sequence[str] | None = None,
+        cache_weight: float | None = None,
+    ) -> None:
         self.model = model
         self.k = k
         self.session_id = session_id or ""
         self.context: list[str] = []
+        # Finished sentences (each reset moves the context here): the adaptive cache's input,
+        # sent with the context when a stream opens so that any replica rebuilds the same cache.
+        self.history: list[list[str]] = []
+        self.user_words = list(user_words) if user_words is not None else None
+        self.cache_weight = cache_weight
         self.partial = ""
         self.sequence = 0
         # Whether `context` is known to be the server's (False while a caller-given session
@@ -108,13 +120,22 @@ class _Keystrokes:
         request.CopyFrom(edit.request)
         request.model = self.model
         request.session_id = self.session_id
+        if self.user_words is not None:
+            request.user_words.tokens.extend(self.user_words)
+        if self.cache_weight is not None:
+            request.cache_weight = self.cache_weight
         if self.context_known:
             request.context.tokens.extend(self.context)
+            request.history.SetInParent()
+            for sentence in self.history:
+                request.history.sentences.add(tokens=sentence)
         return request
 
     def answered(self, edit: _Edit, response: pb.CompleteResponse) -> list[Completion]:
         """Applies an answered edit to the session and returns its completions."""
         if edit.reset:
+            if self.context:
+                self.history.append(list(self.context))
             self.context.clear()
         if edit.rollback:
             del self.context[-edit.rollback :]
@@ -169,10 +190,17 @@ class CompletionSession:
     thread-safe: one session per typist."""
 
     def __init__(
-        self, method: Callable[..., Any], model: str, *, k: int = 3, session_id: str | None = None
+        self,
+        method: Callable[..., Any],
+        model: str,
+        *,
+        k: int = 3,
+        session_id: str | None = None,
+        user_words: Sequence[str] | None = None,
+        cache_weight: float | None = None,
     ) -> None:
         self._method = method
-        self._keys = _Keystrokes(model, k, session_id)
+        self._keys = _Keystrokes(model, k, session_id, user_words, cache_weight)
         self._stream: _SyncStream | None = None
 
     @property
@@ -184,6 +212,11 @@ class CompletionSession:
     def context(self) -> tuple[str, ...]:
         """The committed tokens, as the model tokenized them."""
         return tuple(self._keys.context)
+
+    @property
+    def history(self) -> tuple[tuple[str, ...], ...]:
+        """The finished sentences (one per `reset`), as the model tokenized them."""
+        return tuple(tuple(s) for s in self._keys.history)
 
     @property
     def partial(self) -> str:
@@ -251,10 +284,17 @@ class AsyncCompletionSession:
     """`CompletionSession` for asyncio: the same methods, awaited."""
 
     def __init__(
-        self, method: Callable[..., Any], model: str, *, k: int = 3, session_id: str | None = None
+        self,
+        method: Callable[..., Any],
+        model: str,
+        *,
+        k: int = 3,
+        session_id: str | None = None,
+        user_words: Sequence[str] | None = None,
+        cache_weight: float | None = None,
     ) -> None:
         self._method = method
-        self._keys = _Keystrokes(model, k, session_id)
+        self._keys = _Keystrokes(model, k, session_id, user_words, cache_weight)
         self._call: Any = None
 
     @property
@@ -264,6 +304,10 @@ class AsyncCompletionSession:
     @property
     def context(self) -> tuple[str, ...]:
         return tuple(self._keys.context)
+
+    @property
+    def history(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(tuple(s) for s in self._keys.history)
 
     @property
     def partial(self) -> str:

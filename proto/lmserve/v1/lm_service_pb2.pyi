@@ -650,7 +650,7 @@ class RerankResponse(_message.Message):
     def __init__(self, lists: _Optional[_Iterable[_Union[RerankedList, _Mapping]]] = ..., model: _Optional[str] = ..., request_tokens: _Optional[int] = ..., computed_tokens: _Optional[int] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("session_id", "model", "append_text", "append_tokens", "rollback_tokens", "partial_word", "k", "reset", "context", "sequence")
+    __slots__ = ("session_id", "model", "append_text", "append_tokens", "rollback_tokens", "partial_word", "k", "reset", "context", "sequence", "user_words", "history", "cache_weight")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     APPEND_TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -661,6 +661,9 @@ class CompleteRequest(_message.Message):
     RESET_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    USER_WORDS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     model: str
     append_text: str
@@ -671,7 +674,16 @@ class CompleteRequest(_message.Message):
     reset: bool
     context: TokenList
     sequence: int
-    def __init__(self, session_id: _Optional[str] = ..., model: _Optional[str] = ..., append_text: _Optional[str] = ..., append_tokens: _Optional[_Iterable[str]] = ..., rollback_tokens: _Optional[int] = ..., partial_word: _Optional[str] = ..., k: _Optional[int] = ..., reset: _Optional[bool] = ..., context: _Optional[_Union[TokenList, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
+    user_words: TokenList
+    history: SessionHistory
+    cache_weight: float
+    def __init__(self, session_id: _Optional[str] = ..., model: _Optional[str] = ..., append_text: _Optional[str] = ..., append_tokens: _Optional[_Iterable[str]] = ..., rollback_tokens: _Optional[int] = ..., partial_word: _Optional[str] = ..., k: _Optional[int] = ..., reset: _Optional[bool] = ..., context: _Optional[_Union[TokenList, _Mapping]] = ..., sequence: _Optional[int] = ..., user_words: _Optional[_Union[TokenList, _Mapping]] = ..., history: _Optional[_Union[SessionHistory, _Mapping]] = ..., cache_weight: _Optional[float] = ...) -> None: ...
+
+class SessionHistory(_message.Message):
+    __slots__ = ("sentences",)
+    SENTENCES_FIELD_NUMBER: _ClassVar[int]
+    sentences: _containers.RepeatedCompositeFieldContainer[TokenList]
+    def __init__(self, sentences: _Optional[_Iterable[_Union[TokenList, _Mapping]]] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("word", "log_prob")

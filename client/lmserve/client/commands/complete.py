@@ -3,9 +3,10 @@
 Interactive (needs prompt-toolkit, `pip install 'lmserve-client[demo]'`): the suggestions and their
 probabilities are shown under the input line as you type; Tab accepts the best one, Enter
 starts a new sentence, Ctrl-D or Ctrl-C quits. With `--type TEXT` it runs without a terminal:
-the text is typed one character at a time (a backspace character deletes one) and each
-keystroke's suggestions are printed, one line a keystroke (`--json`: one JSON object a
-keystroke), for scripts and tests.
+the text is typed one character at a time (a backspace character deletes one, a newline starts
+a new sentence) and each keystroke's suggestions are printed, one line a keystroke (`--json`:
+one JSON object a keystroke), for scripts and tests. `--user-words` and `--cache-weight` set the
+session's adaptation (word-level models).
 """
 
 from __future__ import annotations
@@ -43,8 +44,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--session-id", metavar="ID", help="continue this server session (default: a new one)"
     )
+    parser.add_argument(
+        "--user-words",
+        type=_word_list,
+        action="extend",
+        default=None,
+        metavar="W1,W2",
+        help="words to offer even when the model does not know them (names, jargon); repeatable",
+    )
+    parser.add_argument(
+        "--cache-weight",
+        type=float,
+        metavar="W",
+        help="weight of the session's own words in the suggestions, 0 (off) to <1 "
+        "(default: the server's)",
+    )
     add_json_argument(parser, "with --type, one object per keystroke")
     add_connection_arguments(parser)
+
+
+def _word_list(value: str) -> list[str]:
+    words = [w.strip() for w in value.split(",") if w.strip()]
+    if not words:
+        raise argparse.ArgumentTypeError(f"expected comma-separated words, got {value!r}")
+    return words
+
+
+def open_session(client: LmServeClient, args: argparse.Namespace) -> CompletionSession:
+    """The command's session: its model, k, session id, user words and cache weight."""
+    return client.complete(
+        args.model,
+        k=args.k,
+        session_id=args.session_id,
+        user_words=args.user_words,
+        cache_weight=args.cache_weight,
+    )
 
 
 def _completions(found: list[Completion]) -> list[dict[str, Any]]:
@@ -59,6 +93,9 @@ def type_keys(session: CompletionSession, text: str) -> list[dict[str, Any]]:
         if key == BACKSPACE:
             found = session.backspace()
             typed = typed[:-1]
+        elif key == "\n":
+            found = session.reset()
+            typed = ""
         else:
             found = session.type(key)
             typed += key
@@ -83,7 +120,7 @@ def _human(record: dict[str, Any]) -> str:
 
 
 def _script(client: LmServeClient, args: argparse.Namespace) -> int:
-    with client.complete(args.model, k=args.k, session_id=args.session_id) as session:
+    with open_session(client, args) as session:
         for record in type_keys(session, args.typed):
             sys.stdout.write((json.dumps(record) if args.json else _human(record)) + "\n")
             sys.stdout.flush()

@@ -19,6 +19,8 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.layout import HSplit, Layout, Window
 from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
 
+from lmserve.client.commands.complete import open_session
+
 if TYPE_CHECKING:
     from lmserve.client import Completion, CompletionSession, LmServeClient
 
@@ -75,7 +77,7 @@ class _Screen:
 
 
 def interactive(client: LmServeClient, args: argparse.Namespace) -> int:
-    with client.complete(args.model, k=args.k, session_id=args.session_id) as session:
+    with open_session(client, args) as session:
         screen = _Screen(session, args.model)
         buffer = Buffer(multiline=False, on_text_changed=lambda b: screen.follow(b.text))
         keys = KeyBindings()

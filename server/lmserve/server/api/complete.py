@@ -26,7 +26,7 @@ from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdi
 from lmserve.server.engine.limits import RequestLimits
 from lmserve.server.engine.served_model import ServedModel
 from lmserve.server.engine.served_models import ServedModels
-from lmserve.server.errors import InvalidArgument
+from lmserve.server.errors import InvalidArgument, RequestTooLarge
 from lmserve.v1 import lm_service_pb2 as pb
 
 # Messages read ahead of the one being answered (what makes "a newer one is waiting" visible).
@@ -136,6 +136,11 @@ def _edit(
     )
     check_text_bytes("append_text", message.append_text, limits)
     appended, names = _ids(served, message)
+    cache_weight = None
+    if message.HasField("cache_weight"):
+        cache_weight = message.cache_weight
+        if not 0.0 <= cache_weight < 1.0:  # NaN fails too
+            raise InvalidArgument("cache_weight", f"is {cache_weight}; must be in [0, 1)")
     edit = CompleteEdit(
         session_id,
         context=context,
@@ -146,8 +151,52 @@ def _edit(
         k=message.k,
         suggest=suggest,
         append_field="append_tokens" if message.append_tokens else "append_text",
+        context_words=list(message.context.tokens) if context is not None else None,
+        append_words=names,
+        user_words=_user_words(served, limits, message),
+        history=_history(limits, message),
+        cache_weight=cache_weight,
     )
     return edit, names
+
+
+def _user_words(
+    served: ServedModel, limits: RequestLimits, message: pb.CompleteRequest
+) -> list[str] | None:
+    """The message's user words as the model's tokenizer writes them (each one word), or
+    None when it sets none; only word-level models adapt."""
+    if not message.HasField("user_words"):
+        return None
+    given = list(message.user_words.tokens)
+    if given and not served.codec.tokens_are_words:
+        raise InvalidArgument(
+            "user_words",
+            f"model {served.name!r} spells words from pieces; user words need a word-level model",
+        )
+    if len(given) > limits.max_user_words:
+        raise RequestTooLarge("user_words.tokens", len(given), limits.max_user_words, "words")
+    words = served.codec.split_batch(given)
+    for i, (raw, split) in enumerate(zip(given, words, strict=True)):
+        if len(split) != 1:
+            raise InvalidArgument(
+                f"user_words.tokens[{i}]",
+                f"{raw[:100]!r} is {len(split)} words under model {served.name!r}'s tokenizer; "
+                "give one word per entry",
+            )
+    return [split[0] for split in words]
+
+
+def _history(limits: RequestLimits, message: pb.CompleteRequest) -> list[list[str]] | None:
+    """The finished sentences the message sets (None: keep the session's)."""
+    if not message.HasField("history"):
+        return None
+    sentences = [list(s.tokens) for s in message.history.sentences]
+    total = sum(map(len, sentences))
+    if total > limits.max_tokens_per_text:
+        raise RequestTooLarge("history", total, limits.max_tokens_per_text, "words")
+    for i, sentence in enumerate(sentences):
+        check_no_empty_token(f"history.sentences[{i}].tokens", sentence)
+    return sentences
 
 
 def _response(

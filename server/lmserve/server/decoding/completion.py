@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from lmserve.server.decoding.word_cache import WordCache
 from lmserve.server.text.pieces import PieceVocabulary
 
 # Up to this many candidates one sort of them all beats argpartition and its tie handling.
@@ -155,3 +157,47 @@ def top_k_subword_words(
         else:
             exact = False
     return SubwordCompletions(words, exact, expansions)
+
+
+def top_k_words_with_cache(
+    log_probs: npt.NDArray[np.floating],
+    candidate_ids: npt.ArrayLike,
+    k: int,
+    *,
+    cache: WordCache,
+    prefix: str,
+    words: Sequence[str],
+    word_id: Callable[[str], int | None],
+    excluded: Container[str] = (),
+) -> list[tuple[str, float]]:
+    """The k best words starting with `prefix` under the cache mixture (`word_cache`), best
+    first as (word, log P in nats); ties by vocabulary id, then words outside the vocabulary
+    by their text.
+
+    Exact without mixing the whole vocabulary: scaling by (1 - weight) keeps the order of the
+    words the cache does not hold, so the k best of those are among the base model's k + m best
+    candidates (m: the cache's words in the vocabulary with the prefix); the cache's own words
+    are mixed one by one, then both are merged. `word_id(word)` is a candidate's vocabulary id,
+    or None for a word outside the vocabulary; `excluded` words are never offered (the
+    special tokens).
+    """
+    weight = cache.weight
+    keep = math.log1p(-weight)
+    cached = cache.words_with_prefix(prefix)
+    ids = [word_id(w) for w in cached]
+    in_vocab = {i for i in ids if i is not None}
+    base = top_k_words(log_probs, candidate_ids, k + len(in_vocab))
+    merged: list[tuple[float, int, int | str, str, float]] = []
+    for i, lp in base:
+        if i not in in_vocab and len(merged) < k:
+            merged.append((-(lp + keep), 0, i, words[i], lp + keep))
+    for word, vid, p_cache in zip(cached, ids, cache.probabilities(cached), strict=True):
+        if word in excluded:
+            continue
+        p_base = math.exp(float(log_probs[vid])) if vid is not None else 0.0
+        mixed = (1.0 - weight) * p_base + weight * p_cache
+        if mixed > 0.0:
+            lp = math.log(mixed)
+            merged.append((-lp, 0, vid, word, lp) if vid is not None else (-lp, 1, word, word, lp))
+    merged.sort(key=lambda item: item[:3])
+    return [(word, lp) for _, _, _, word, lp in merged[:k]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lmserve.server.decoding.word_cache import CacheConfig
 from lmserve.server.engine.autocomplete.sessions import SessionLimits
 from lmserve.server.engine.generation.limits import GenerationLimits
 from lmserve.server.engine.scoring.queue import ScoringLimits
@@ -28,8 +29,9 @@ class RequestLimits:
     max_rerank_hypotheses: int = 1_000
     # Rerank and Score: phrases in one bias list.
     max_bias_phrases: int = 10_000
-    # Complete: suggestions per keystroke.
+    # Complete: suggestions per keystroke, and user words per session.
     max_completions: int = 100
+    max_user_words: int = 10_000
     # UTF-8 bytes of one text (texts, prompts, hypotheses, append_text), checked before tokenizing.
     max_text_bytes: int = 1024 * 1024
 
@@ -53,6 +55,7 @@ class EngineLimits:
                 max_rerank_hypotheses=settings.max_rerank_hypotheses,
                 max_bias_phrases=settings.max_bias_phrases,
                 max_completions=settings.max_completions,
+                max_user_words=settings.max_user_words,
                 max_text_bytes=settings.max_text_bytes,
             ),
             scoring=ScoringLimits(
@@ -77,5 +80,11 @@ class EngineLimits:
                 max_sessions=settings.complete_max_sessions,
                 idle_seconds=settings.complete_session_idle_seconds,
                 max_bytes=settings.complete_session_memory_mb * 1024 * 1024,
+                cache=CacheConfig(
+                    weight=settings.complete_cache_weight,
+                    bigram_weight=settings.complete_cache_bigram_weight,
+                    user_word_count=settings.complete_user_word_count,
+                    history_words=settings.complete_cache_history_words,
+                ),
             ),
         )

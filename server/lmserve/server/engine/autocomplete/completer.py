@@ -31,8 +31,13 @@ import numpy.typing as npt
 
 from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.stepping import Stepper
-from lmserve.server.decoding.completion import top_k_subword_words, top_k_words
+from lmserve.server.decoding.completion import (
+    top_k_subword_words,
+    top_k_words,
+    top_k_words_with_cache,
+)
 from lmserve.server.decoding.scoring import check_token_count
+from lmserve.server.decoding.word_cache import WordCache
 from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit
 from lmserve.server.engine.autocomplete.session_steps import SessionSteps
 from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
@@ -78,6 +83,8 @@ class Completer:
         # Word models answer from one distribution; piece models search over pieces.
         self._pieces = codec.piece_vocabulary()
         self._index = WordPrefixIndex.from_vocab(vocab, specials) if self._pieces is None else None
+        # Word models adapt to the session's own words (`decoding.word_cache`).
+        self._special_words = frozenset(vocab.words[i] for i in specials)
         # Neural models keep states and step in batches; n-gram models need neither.
         self._steps = (
             SessionSteps(model, stepper, foreground=foreground) if stepper.releases_gil else None
@@ -118,15 +125,41 @@ class Completer:
                 holds="the context would hold",
             )
             rebuilt = False
+            cache = self._cache_of(session, edit)
             if edit.context is not None:
                 rebuilt = await self.set_context(session, edit.context)
+                if cache is not None and cache.context != edit.context_words:
+                    cache.set_context(edit.context_words or [])
             if edit.reset and session.context:
                 await self.set_context(session, [])
+            if edit.reset and cache is not None:
+                cache.commit(cache.context)  # the finished sentence joins the history
+                cache.set_context([])
             await self.rollback(session, edit.rollback)
+            if cache is not None:
+                cache.truncate(len(cache.context) - edit.rollback)
             await self.append(session, edit.append)
+            if cache is not None:
+                cache.extend(edit.append_words)
             words = await self.suggest(session, edit.partial, edit.k) if edit.suggest else None
             self.store(session)
         return CompleteAnswer(session.session_id, len(session.context), rebuilt, words)
+
+    def _cache_of(self, session: Session, edit: CompleteEdit) -> WordCache | None:
+        """The session's word cache with the message's cache inputs applied (word models;
+        None for a piece model, whose sessions do not adapt)."""
+        if self._index is None:
+            return None
+        cache = session.cache
+        if cache is None:
+            cache = session.cache = WordCache(self.limits.cache)
+        if edit.cache_weight is not None:
+            cache.weight = edit.cache_weight
+        if edit.user_words is not None:
+            cache.set_user_words(edit.user_words)
+        if edit.history is not None and edit.history != cache.history:
+            cache.set_history(edit.history)
+        return cache
 
     async def set_context(self, session: Session, ids: list[int]) -> bool:
         """Makes the context exactly `ids`; True when that took a rebuild (not held as is)."""
@@ -211,8 +244,24 @@ class Completer:
         if self._index is not None:
             words = self.backend.vocab.words
             ids = self._index.ids_with_prefix(prefix)
+            cache = session.cache
+            if cache is not None and cache.active:
+                return top_k_words_with_cache(
+                    log_probs,
+                    ids,
+                    k,
+                    cache=cache,
+                    prefix=prefix,
+                    words=words,
+                    word_id=self._word_id,
+                    excluded=self._special_words,
+                )
             return [(words[i], lp) for i, lp in top_k_words(log_probs, ids, k)]
         return await asyncio.to_thread(self._suggest_pieces, session, log_probs, prefix, k)
+
+    def _word_id(self, word: str) -> int | None:
+        """A cache word's vocabulary id; None outside the vocabulary."""
+        return self.backend.vocab.index.get(word)
 
     def _suggest_pieces(
         self, session: Session, log_probs: npt.NDArray[np.floating], prefix: str, k: int

@@ -35,6 +35,14 @@ class CompleteEdit:
     suggest: bool = True
     # The request field a context over the token limit is reported on.
     append_field: str = "append_text"
+    # Adaptive sessions (word models): the words behind `context` and `append` (an unknown
+    # word as itself, where its id is the unknown-word id), and the cache's inputs when the
+    # message sets them (None: keep the session's).
+    context_words: list[str] | None = None
+    append_words: list[str] = field(default_factory=list)
+    user_words: list[str] | None = None
+    history: list[list[str]] | None = None
+    cache_weight: float | None = None
 
 
 @dataclass(frozen=True)

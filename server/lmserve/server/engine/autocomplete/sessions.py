@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lmserve.server.decoding.word_cache import CacheConfig, WordCache
 from lmserve.server.engine.stats import EngineStats
 
 
@@ -35,6 +36,8 @@ class SessionLimits:
     max_bytes: int = 512 * 1024 * 1024
     # Model states kept per session, one per recent position (cheap backspaces).
     kept_states: int = 8
+    # The adaptive cache's weights and history bound (word models).
+    cache: CacheConfig = field(default_factory=CacheConfig)
 
 
 @dataclass(eq=False)
@@ -54,11 +57,14 @@ class Session:
     counted_bytes: int = 0
     # Created by `Completer.apply` on its event loop: one message at a time changes the session.
     stream_lock: Any = None
+    # The session's own words (word models; `decoding.word_cache`).
+    cache: WordCache | None = None
 
     @property
     def nbytes(self) -> int:
         dist = 0 if self.log_probs is None else int(self.log_probs.nbytes)
-        return dist + self.state_bytes * len(self.states) + 8 * len(self.context)
+        cache = self.cache.nbytes if self.cache is not None else 0
+        return dist + self.state_bytes * len(self.states) + 8 * len(self.context) + cache
 
     def state_at(self, length: int) -> Any | None:
         """The state after <s> + context[:length], if still kept."""

@@ -1,0 +1,202 @@
+"""A cache model of a session's own words (Kuhn and De Mori's cache LM, SRILM's `-cache`),
+mixed with the base model's next-word distribution for autocomplete.
+
+    cache = WordCache(CacheConfig(weight=0.1))
+    cache.set_user_words(["zorblax"])
+    cache.commit(["in", "the", "beginning"])    # a finished sentence joins the history
+    cache.extend(["and", "the"])                # the sentence being typed
+    cache.probabilities(["beginning"])          # [P_cache(word | "the")], see below
+
+The cache counts the words of the session's document: its finished sentences (the history,
+the last `history_words` of them, whole sentences) and the sentence being typed (the context),
+each sentence read from `<s>`. With c(w) the count of w, N the words counted, c(v, w) the
+bigram count and c(v) the bigrams that start with v, and u(w) = `user_word_count` for each of
+the session's user words (U their sum):
+
+    P_uni(w)       = (c(w) + u(w)) / (N + U)
+    P_cache(w | v) = bigram_weight * c(v, w) / c(v) + (1 - bigram_weight) * P_uni(w)
+                     (P_uni(w) alone where c(v) = 0)
+    P(w | context) = (1 - weight) * P_base(w | context) + weight * P_cache(w | v)
+
+where v is the context's last word (`<s>` on an empty context). An empty cache (no words, no
+user words) leaves the base model alone. A word outside the base model's vocabulary (a user
+word, a name the model never saw) has P_base = 0 and is offered at its cache probability.
+Every figure is a function of (history, context, user words, config): a session rebuilt from
+them on another replica answers the same words.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+BOS = "<s>"
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The mixture's weights (settings' `complete_cache_*`; measured in bench/README)."""
+
+    weight: float = 0.1
+    bigram_weight: float = 0.5
+    user_word_count: float = 1.0
+    history_words: int = 5_000
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.weight < 1.0:
+            raise ValueError(f"cache weight must be in [0, 1), got {self.weight}")
+        if not 0.0 <= self.bigram_weight <= 1.0:
+            raise ValueError(f"bigram weight must be in [0, 1], got {self.bigram_weight}")
+
+
+class _Counts:
+    """Unigram and bigram counts of some sentences (each read from `<s>`)."""
+
+    def __init__(self) -> None:
+        self.unigrams: Counter[str] = Counter()
+        self.bigrams: dict[str, Counter[str]] = {}
+        self.total = 0
+
+    def add(self, previous: str, word: str, sign: int = 1) -> None:
+        self.unigrams[word] += sign
+        self.total += sign
+        following = self.bigrams.setdefault(previous, Counter())
+        following[word] += sign
+        if not following[word]:
+            del following[word]
+            if not following:
+                del self.bigrams[previous]
+        if not self.unigrams[word]:
+            del self.unigrams[word]
+
+    def add_sentence(self, words: Sequence[str], sign: int = 1) -> None:
+        previous = BOS
+        for word in words:
+            self.add(previous, word, sign)
+            previous = word
+
+
+class WordCache:
+    """The cache of one session (see the module doc); words as the model's tokenizer gives
+    them. Also keeps the sorted distinct words, so the words that start with a typed prefix
+    are found by bisection."""
+
+    def __init__(self, config: CacheConfig) -> None:
+        self.config = config
+        self.weight = config.weight
+        self.history: list[list[str]] = []
+        self.context: list[str] = []  # the sentence being typed
+        self.user_words: tuple[str, ...] = ()
+        self._history = _Counts()
+        self._context = _Counts()
+        self._sorted: list[str] = []
+        self._listed: Counter[str] = Counter()  # how many sources hold each listed word
+
+    # -- edits ---------------------------------------------------------------------------------
+
+    def set_history(self, sentences: Iterable[Sequence[str]]) -> None:
+        """The finished sentences, oldest first (the last `history_words` words are kept)."""
+        for sentence in self.history:
+            self._history.add_sentence(sentence, -1)
+            self._unlist(sentence)
+        self.history = []
+        for finished in sentences:
+            self._commit_history(list(finished))
+
+    def commit(self, sentence: Sequence[str]) -> None:
+        """A finished sentence joins the history (a session's reset)."""
+        if sentence:
+            self._commit_history(list(sentence))
+
+    def _commit_history(self, sentence: list[str]) -> None:
+        self.history.append(sentence)
+        self._history.add_sentence(sentence)
+        self._list(sentence)
+        while self._history.total > self.config.history_words and len(self.history) > 1:
+            oldest = self.history.pop(0)
+            self._history.add_sentence(oldest, -1)
+            self._unlist(oldest)
+
+    def set_context(self, words: Sequence[str]) -> None:
+        self.truncate(0)
+        self.extend(words)
+
+    def extend(self, words: Sequence[str]) -> None:
+        previous = self.context[-1] if self.context else BOS
+        for word in words:
+            self._context.add(previous, word)
+            previous = word
+        self.context.extend(words)
+        self._list(words)
+
+    def truncate(self, length: int) -> None:
+        """Keeps the context's first `length` words (a rollback)."""
+        removed = list(self.context[length:])
+        for i in range(len(self.context) - 1, length - 1, -1):
+            previous = self.context[i - 1] if i else BOS
+            self._context.add(previous, self.context[i], -1)
+        del self.context[length:]
+        self._unlist(removed)
+
+    def set_user_words(self, words: Sequence[str]) -> None:
+        self._unlist(self.user_words)
+        self.user_words = tuple(dict.fromkeys(words))
+        self._list(self.user_words)
+
+    def _list(self, words: Iterable[str]) -> None:
+        for word in words:
+            if not self._listed[word]:
+                bisect.insort(self._sorted, word)
+            self._listed[word] += 1
+
+    def _unlist(self, words: Iterable[str]) -> None:
+        for word in words:
+            self._listed[word] -= 1
+            if not self._listed[word]:
+                del self._listed[word]
+                del self._sorted[bisect.bisect_left(self._sorted, word)]
+
+    # -- the model -----------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """Whether the cache changes anything: a weight, and words or user words."""
+        return self.weight > 0.0 and bool(self._sorted)
+
+    def words_with_prefix(self, prefix: str) -> list[str]:
+        """The cache's distinct words (user words included) that start with `prefix`."""
+        words = self._sorted
+        start = bisect.bisect_left(words, prefix)
+        end = start
+        while end < len(words) and words[end].startswith(prefix):
+            end += 1
+        return words[start:end]
+
+    def probabilities(self, words: Sequence[str]) -> list[float]:
+        """P_cache(word | the context's last word) of each of `words`."""
+        user = self.config.user_word_count
+        mass = self._history.total + self._context.total + user * len(self.user_words)
+        if mass <= 0:
+            return [0.0] * len(words)
+        previous = self.context[-1] if self.context else BOS
+        after_h = self._history.bigrams.get(previous) or Counter()
+        after_c = self._context.bigrams.get(previous) or Counter()
+        following = after_h.total() + after_c.total()
+        beta = self.config.bigram_weight if following else 0.0
+        uni_h, uni_c, users = self._history.unigrams, self._context.unigrams, self.user_words
+        out = []
+        for word in words:
+            count = uni_h[word] + uni_c[word] + (user if word in users else 0.0)
+            unigram = count / mass
+            pair = (after_h[word] + after_c[word]) / following if following else 0.0
+            out.append(beta * pair + (1.0 - beta) * unigram)
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        """A rough size for the session cache's memory bound (Python objects per word)."""
+        words = len(self._sorted) + sum(len(s) for s in self.history) + len(self.context)
+        bigrams = sum(len(c) for c in self._history.bigrams.values())
+        return 120 * words + 200 * bigrams

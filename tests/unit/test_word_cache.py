@@ -1,0 +1,84 @@
+"""`decoding.word_cache.WordCache` kept incrementally equals a recount from scratch after any
+sequence of edits (extend, rollback, reset, a new history, new user words)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmserve.server.decoding.word_cache import CacheConfig, WordCache
+
+WORDS = st.sampled_from(["a", "b", "ab", "c", "ba"])
+CONFIG = CacheConfig(weight=0.3, bigram_weight=0.4, user_word_count=2.0, history_words=6)
+
+EDITS = st.one_of(
+    st.tuples(st.just("extend"), st.lists(WORDS, max_size=4)),
+    st.tuples(st.just("truncate"), st.integers(0, 6)),
+    st.tuples(st.just("reset"), st.none()),
+    st.tuples(st.just("history"), st.lists(st.lists(WORDS, min_size=1, max_size=4), max_size=3)),
+    st.tuples(st.just("users"), st.lists(WORDS, max_size=3)),
+)
+
+
+def recount(cache: WordCache, words: list[str]) -> list[float]:
+    kept: list[list[str]] = []
+    total = 0
+    for sentence in reversed(cache.history):
+        if kept and total + len(sentence) > CONFIG.history_words:
+            break
+        kept.insert(0, sentence)
+        total += len(sentence)
+    sentences = [*kept, cache.context]
+    unigrams = Counter(w for s in sentences for w in s)
+    bigrams = Counter(p for s in sentences for p in zip(["<s>", *s], s, strict=False))
+    users = set(cache.user_words)
+    mass = sum(unigrams.values()) + CONFIG.user_word_count * len(users)
+    previous = cache.context[-1] if cache.context else "<s>"
+    following = sum(c for (v, _), c in bigrams.items() if v == previous)
+    out = []
+    for w in words:
+        if not mass:
+            out.append(0.0)
+            continue
+        uni = (unigrams[w] + (CONFIG.user_word_count if w in users else 0)) / mass
+        if following:
+            beta = CONFIG.bigram_weight
+            out.append(beta * bigrams[(previous, w)] / following + (1 - beta) * uni)
+        else:
+            out.append(uni)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(EDITS, max_size=12))
+def test_incremental_counts_equal_a_recount(edits: list[tuple[str, object]]) -> None:
+    cache = WordCache(CONFIG)
+    for kind, value in edits:
+        if kind == "extend":
+            cache.extend(value)  # type: ignore[arg-type]
+        elif kind == "truncate":
+            cache.truncate(min(int(value), len(cache.context)))  # type: ignore[call-overload]
+        elif kind == "reset":
+            cache.commit(cache.context)
+            cache.set_context([])
+        elif kind == "history":
+            cache.set_history(value)  # type: ignore[arg-type]
+        else:
+            cache.set_user_words(value)  # type: ignore[arg-type]
+    vocabulary = ["a", "b", "ab", "c", "ba", "zz"]
+    assert cache.probabilities(vocabulary) == pytest.approx(recount(cache, vocabulary))
+    # The words held (counted or a user's) are exactly those with a probability.
+    probabilities = recount(cache, vocabulary)
+    expected = sorted(w for w, p in zip(vocabulary, probabilities, strict=True) if p > 0)
+    assert cache.words_with_prefix("") == expected
+    assert cache.words_with_prefix("a") == [w for w in expected if w.startswith("a")]
+
+
+def test_the_config_refuses_weights_out_of_range() -> None:
+    with pytest.raises(ValueError, match="cache weight"):
+        CacheConfig(weight=1.0)
+    with pytest.raises(ValueError, match="bigram weight"):
+        CacheConfig(bigram_weight=1.5)
