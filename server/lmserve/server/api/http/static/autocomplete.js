@@ -41,6 +41,9 @@
   let opening = true; // the next message is a new socket's first
   let sessionId = "";
   let groups = []; // [{words: [...], tokens: [...] | null (not answered yet)}]
+  // Finished sentences (a reset moves the context here): the session's cache counts them, and
+  // a new socket sends them with the context so a rebuilt session answers the same words.
+  let history = [];
   let pendingGroups = new Map(); // sequence -> group appended by that message
   let sequence = 0;
   let sentAt = new Map(); // sequence -> performance.now() when sent
@@ -146,10 +149,15 @@
       if (sessionId) {
         message.sessionId = sessionId;
         message.context = { tokens: committedTokens() };
+        message.history = { sentences: history.map((tokens) => ({ tokens })) };
       }
     }
     if (dropped.length > 0) {
-      if (keep === 0) message.reset = true;
+      if (keep === 0) {
+        message.reset = true;
+        const finished = committedTokens();
+        if (finished.length > 0) history.push(finished);
+      }
       else message.rollbackTokens = dropped.reduce((n, group) => n + group.tokens.length, 0);
     }
     groups.length = keep;
@@ -265,6 +273,7 @@
     forgetSocket();
     groups = [];
     sessionId = "";
+    history = [];
     suggestions = [];
     render();
     connect();

@@ -1,0 +1,167 @@
+"""Adaptive autocomplete through a real server: keystroke savings typing whole documents in
+order, with and without the session cache, and keystroke latency at 32 sessions with it.
+
+    python bench/bench_adaptive_complete.py [--split test] [--documents 8] [--verses 40]
+        [--weights 0,0.05,0.1,0.2] [--bigram-weight 0.5] [--models kjv-5gram,kjv-lstm]
+        [--sessions 32] [--keys 40] [--runs 3] [--skip-latency]
+
+Documents: the KJV split's verses in canonical order (the split takes every 20th verse of the
+Bible, so consecutive lines are the held-out verses of one book, in order), cut into documents
+of `--verses` verses. No whole chapter is held out from the shipped models' training text (the
+split is interleaved), so this is the held-out text that reads most like a document. Each
+document is one session: its verses typed letter by letter with k=3 (a word taken with one tap
+as soon as it is offered, `lmserve.client.savings`), a `reset` after each verse, so the cache
+holds the document so far. `--weights` are the sessions' cache weights (0: the base model
+alone); savings and the gain over weight 0 are printed per model and weight. Tune on
+`--split valid`, report on `test`.
+
+Latency: `--sessions` users at once, each first typing `--history` verses of its document
+(not timed), then `--keys` keystrokes of the next verse timed, a key every 100 ms; p50 and p99
+per run, medians of `--runs` runs, with the cache (the first non-zero weight) and without (0)
+on the same sessions' text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import time
+from typing import Any
+
+from bench_complete import SessionSuggest
+from common import DEFAULT_MODELS, REPO_ROOT, emit, log, percentile, read_lines, record
+from server_process import ServerProcess
+
+CORPUS = REPO_ROOT / "export" / "lmserve" / "export" / "corpora" / "kjv"
+
+
+def documents(split: str, count: int, verses: int) -> list[list[str]]:
+    lines = [line for line in read_lines(CORPUS / f"{split}.txt") if line.strip()]
+    step = max(1, len(lines) // count // verses) * verses  # spread over the whole Bible
+    return [lines[i : i + verses] for i in range(0, len(lines), step)][:count]
+
+
+def savings(target: str, model: str, docs: list[list[str]], weight: float, k: int) -> None:
+    from lmserve.client import LmServeClient
+    from lmserve.client.savings import type_sentence
+
+    keys = characters = words = accepted = 0
+    started = time.perf_counter()
+    with LmServeClient(target) as client:
+        for doc in docs:
+            with client.complete(model, k=k, cache_weight=weight) as session:
+                suggest = SessionSuggest(session)
+                for verse in doc:
+                    split = verse.split()
+                    verse_keys, verse_accepted = type_sentence(split, suggest, k)
+                    keys += verse_keys
+                    accepted += verse_accepted
+                    characters += len(" ".join(split))
+                    words += len(split)
+    seconds = time.perf_counter() - started
+    emit(
+        record(
+            f"adaptive_savings_{model}_w{weight:g}",
+            "fraction",
+            [1.0 - keys / characters],
+            model=model,
+            cache_weight=weight,
+            documents=len(docs),
+            verses=sum(map(len, docs)),
+            characters=characters,
+            keys=keys,
+            words=words,
+            accepted_words=accepted,
+            seconds=round(seconds, 1),
+        )
+    )
+
+
+async def _typist(
+    client: Any, model: str, doc: list[str], weight: float, keys: int, out: list[float]
+) -> None:
+    async with client.complete(model, k=3, cache_weight=weight) as session:
+        for verse in doc[:-1]:  # the document so far (not timed)
+            await session.type(verse + " ")
+            await session.reset()
+        await asyncio.sleep(random.uniform(0, 0.1))  # users do not type in step
+        due = time.perf_counter()
+        for ch in doc[-1][:keys]:
+            begun = time.perf_counter()
+            await session.type(ch)
+            out.append(time.perf_counter() - begun)
+            due += 0.1
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+
+
+async def _latency_run(
+    target: str, model: str, docs: list[list[str]], weight: float, keys: int
+) -> list[float]:
+    from lmserve.client import AsyncLmServeClient
+
+    out: list[float] = []
+    async with AsyncLmServeClient(target) as client:
+        await asyncio.gather(*(_typist(client, model, d, weight, keys, out) for d in docs))
+    return out
+
+
+def latency(
+    target: str, model: str, docs: list[list[str]], weights: list[float], keys: int, runs: int
+) -> None:
+    for weight in weights:
+        p50s, p99s = [], []
+        for run in range(runs + 1):  # the first is a warm-up
+            rtts = asyncio.run(_latency_run(target, model, docs, weight, keys))
+            if run:
+                p50s.append(percentile(rtts, 50) * 1e3)
+                p99s.append(percentile(rtts, 99) * 1e3)
+        extra = {"model": model, "sessions": len(docs), "cache_weight": weight, "keys": keys}
+        name = f"adaptive_{len(docs)}sessions_{model}_w{weight:g}"
+        emit(record(f"{name}_p50_ms", "ms", p50s, **extra))
+        emit(record(f"{name}_p99_ms", "ms", p99s, **extra))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--split", choices=("test", "valid"), default="test")
+    parser.add_argument("--documents", type=int, default=8)
+    parser.add_argument("--verses", type=int, default=40)
+    parser.add_argument("--weights", default="0,0.05,0.1,0.2")
+    parser.add_argument("--bigram-weight", type=float, default=None)
+    parser.add_argument("--models", default="kjv-5gram,kjv-lstm")
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--history", type=int, default=20, help="verses typed before timing")
+    parser.add_argument("--keys", type=int, default=40)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-savings", action="store_true")
+    parser.add_argument("--skip-latency", action="store_true")
+    args = parser.parse_args()
+    weights = [float(w) for w in args.weights.split(",")]
+    models = args.models.split(",")
+    if args.bigram_weight is not None:  # the server reads its settings from the environment
+        os.environ["LMSERVE_COMPLETE_CACHE_BIGRAM_WEIGHT"] = str(args.bigram_weight)
+    docs = documents(args.split, args.documents, args.verses)
+    with ServerProcess(DEFAULT_MODELS) as server:
+        if not args.skip_savings:
+            for model in models:
+                for weight in weights:
+                    log(f"savings: {model}, cache weight {weight}, {len(docs)} documents")
+                    savings(server.target, model, docs, weight, args.k)
+        if not args.skip_latency:
+            timed_docs = [
+                doc[: args.history + 1]
+                for doc in documents(args.split, args.sessions, args.history + 1)
+            ]
+            with_cache = [w for w in weights if w > 0][:1]
+            for model in models:
+                log(f"latency: {model}, {len(timed_docs)} sessions x {args.keys} keys")
+                latency(server.target, model, timed_docs, [0.0, *with_cache], args.keys, args.runs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
