@@ -11,6 +11,7 @@ import pytest
 
 from lmserve.client import cli as client_cli
 from lmserve.client.commands import COMMANDS as CLIENT_COMMANDS
+from lmserve.server import cli as server_cli
 from lmserve.server.cli import COMMANDS as SERVER_COMMANDS
 from lmserve.server.settings import Settings
 
@@ -82,3 +83,20 @@ def test_address_comes_from_lmserve_address(monkeypatch: pytest.MonkeyPatch) -> 
     assert parser.parse_args(["health"]).target == "lm.example:6000"
     assert parser.parse_args(["health", "--target", "h:1"]).target == "h:1"
     assert parser.parse_args(["score", "--address", "h:2", "--model", "m"]).target == "h:2"
+
+
+@pytest.mark.parametrize("command", [*SERVER_COMMANDS, *CLIENT_COMMANDS])
+def test_every_command_help_formats(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse %-formats help strings: a bare "%" (e.g. "80%)") crashes --help with ValueError.
+    with pytest.raises(SystemExit) as exit_info:
+        server_cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lmserve " + command), out[:200]
+    assert "%(" not in out and "%%" not in out  # every placeholder and escape was formatted
+
+
+def test_train_ngram_help_shows_the_memory_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        server_cli.main(["train-ngram", "--help"])
+    assert "(default 80%)" in " ".join(capsys.readouterr().out.split())

@@ -93,8 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_memory_size,
         default=DEFAULT_MEMORY,
         help="working memory for counting, as lmplz -S: a size (2G, 800M) or a share of RAM "
-        f"(default {DEFAULT_MEMORY}); a corpus that does not fit is counted in sorted runs "
-        "on disk, with the same result",
+        # argparse %-formats help: "80%" is written "80%%"
+        f"(default {DEFAULT_MEMORY.replace('%', '%%')}); a corpus that does not fit is counted "
+        "in sorted runs on disk, with the same result",
     )
     parser.add_argument(
         "--temp-dir",
@@ -102,8 +103,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where counting spills sorted runs when the corpus exceeds --memory "
         "(default: the system's temporary folder)",
     )
-    parser.add_argument(
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
         "--arpa-only", action="store_true", help="write only MODEL_DIR/model.arpa(.gz)"
+    )
+    only.add_argument(
+        "--binary-only",
+        action="store_true",
+        help="write only model.lmbin and model.yaml, no ARPA copy (the ARPA the binary is built "
+        "from goes to a temporary file); without the copy a binary of an older format cannot "
+        "be rebuilt from the folder: retrain it",
     )
     parser.add_argument(
         "--no-gzip", dest="gzip", action="store_false", help="write model.arpa, not .arpa.gz"
@@ -129,7 +138,8 @@ def _command_line(args: argparse.Namespace) -> list[str]:
         words += ["--memory", args.memory]
     words += [flag for flag, on in (("--lowercase", args.lowercase),
               ("--discount-fallback", args.discount_fallback),
-              ("--arpa-only", args.arpa_only), ("--no-gzip", not args.gzip)) if on]  # fmt: skip
+              ("--arpa-only", args.arpa_only), ("--binary-only", args.binary_only),
+              ("--no-gzip", not args.gzip)) if on]  # fmt: skip
     words += [str(args.corpus), str(args.model_dir)]
     return [shlex.quote(w) for w in words]
 
@@ -151,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         lowercase=args.lowercase,
         token_pattern=args.token_pattern,
         arpa_only=args.arpa_only,
+        binary_only=args.binary_only,
         gzip=args.gzip,
         tokenizer=args.tokenizer,
         bpe_vocab_size=args.bpe_vocab_size,
@@ -166,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"lmserve train-ngram: error: {exc}", file=sys.stderr)
         return 2
     summary = {
-        "arpa": str(result.arpa_path),
+        "arpa": None if result.arpa_path is None else str(result.arpa_path),
         "vocab_size": result.vocab_size,
         "ngrams": result.ngram_counts,
         "timings": {k: round(v, 3) for k, v in result.timings.items()},

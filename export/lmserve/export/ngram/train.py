@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +58,9 @@ class TrainConfig:
     lowercase: bool = False
     token_pattern: str | None = None
     arpa_only: bool = False
+    # Only model.lmbin and the manifest: the ARPA the binary is built from is written to a
+    # temporary folder (`temp_dir`) and removed, and the manifest lists no `arpa` file.
+    binary_only: bool = False
     gzip: bool = True
     tokenizer: str = "word"
     bpe_vocab_size: int = 8000
@@ -74,7 +77,7 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    arpa_path: Path
+    arpa_path: Path | None  # None with binary_only: the ARPA was a temporary file
     vocab_size: int
     ngram_counts: list[int]
     timings: dict[str, float] = field(default_factory=dict)
@@ -177,6 +180,8 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
     from lmserve.server.backends.ngram import NgramModel, write_model_folder
     from lmserve.server.manifest import Provenance
 
+    if config.arpa_only and config.binary_only:
+        raise ValueError("--arpa-only and --binary-only exclude each other")
     if config.smoothing == "interpolated" and config.heldout is None:
         raise ValueError("--smoothing interpolated needs --heldout to tune its weights")
     timer = _Timer()
@@ -215,15 +220,25 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
         model = smooth(counts, config, heldout)
     del counts, heldout
     config.model_dir.mkdir(parents=True, exist_ok=True)
-    arpa_path = config.model_dir / ("model.arpa.gz" if config.gzip else "model.arpa")
-    with timer.phase("write_arpa_seconds"):
-        write_arpa(model, tokens.arpa_names(words), arpa_path, progress)
-    parameters = model.info
-    del model  # the tables go before the engine is built from the ARPA
-    with timer.phase("build_seconds"):
-        engine = NgramModel.from_arpa(arpa_path)
-        if tokens.codec is not None:  # the ARPA's escaped words -> the tokens themselves
-            engine.rename_tokens(tokens.codec.vocab)
+    arpa_name = "model.arpa.gz" if config.gzip else "model.arpa"
+    with ExitStack() as stack:
+        # binary_only: the ARPA is only the engine's input, written outside the model folder.
+        arpa_dir = (
+            Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="lmserve-arpa-", dir=config.temp_dir)
+            ))
+            if config.binary_only
+            else config.model_dir
+        )  # fmt: skip
+        arpa_path = arpa_dir / arpa_name
+        with timer.phase("write_arpa_seconds"):
+            write_arpa(model, tokens.arpa_names(words), arpa_path, progress)
+        parameters = model.info
+        del model  # the tables go before the engine is built from the ARPA
+        with timer.phase("build_seconds"):
+            engine = NgramModel.from_arpa(arpa_path)
+            if tokens.codec is not None:  # the ARPA's escaped words -> the tokens themselves
+                engine.rename_tokens(tokens.codec.vocab)
     train_seconds = sum(timer.timings.values())
     metrics: dict[str, float] = {"train_seconds": round(train_seconds, 3)}
     with timer.phase("evaluate_seconds"):
@@ -232,7 +247,7 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
                 measured = perplexity(engine, split[prefix], tokens.count_words(lines))
                 metrics.update(measured.as_metrics(prefix, per_word=tokens.codec is not None))
     result = TrainResult(
-        arpa_path=arpa_path,
+        arpa_path=None if config.binary_only else arpa_path,
         vocab_size=len(words),
         ngram_counts=ngram_counts,
         timings=timer.timings,
@@ -241,6 +256,9 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
         peak_rss_mb=timer.peaks,
     )
     if not config.arpa_only:
+        if config.binary_only:  # an earlier run's copy would not match the new binary
+            for stale in ("model.arpa.gz", "model.arpa"):
+                (config.model_dir / stale).unlink(missing_ok=True)
         with timer.phase("write_folder_seconds"):
             write_model_folder(
                 engine,
@@ -255,6 +273,6 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
                     metrics=metrics,
                 ),
                 smoothing=config.smoothing,
-                arpa_source=arpa_path,
+                arpa_source=None if config.binary_only else arpa_path,
             )
     return result
