@@ -29,8 +29,11 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=proto --grpc_python_out=proto \
 		--pyi_out=proto $(PROTO_SRC)
 
-# Rebuilt when the engine changes, so the binary always matches the code that reads it.
-$(DEFAULT_NGRAM): $(STAMP) $(wildcard server/lmserve/server/backends/ngram/*.py server/lmserve/server/backends/ngram/*.[ch])
+# Rebuilt when the engine or the trainer changes, so the binary always matches the code that
+# reads it, and the image's (deploy/Dockerfile trains it from the same corpus with the same flags,
+# plus --binary-only) is byte-identical to it: image-test checks that.
+$(DEFAULT_NGRAM): $(STAMP) $(wildcard server/lmserve/server/backends/ngram/*.py server/lmserve/server/backends/ngram/*.[ch]) \
+		$(wildcard export/lmserve/export/ngram/*.py export/lmserve/export/ngram/*/*.py)
 	$(BIN)/lmserve train-ngram --order 5 --smoothing modified-kneser-ney --name kjv-5gram \
 		--lowercase --token-pattern "[a-z]+(?:'[a-z]+)*" --heldout $(KJV)/valid.txt \
 		--test $(KJV)/test.txt $(KJV)/train.txt models/kjv-5gram
@@ -62,8 +65,10 @@ image:
 
 # Builds the image, then runs its entrypoint as its user and checks it from outside: health,
 # ListModels, Score = KenLM on kjv-5gram, a Generate stream, /metrics, a mounted model folder,
-# SIGTERM draining to exit 0 (deploy/image/check_image.py; needs root for buildah).
-image-test: $(STAMP) image
+# SIGTERM draining to exit 0 (deploy/image/check_image.py; needs root for buildah). The image
+# bakes kjv-5gram without its ARPA: KenLM reads the repository's (models), whose model.lmbin the
+# image's must equal.
+image-test: $(STAMP) models image
 	$(BIN)/python deploy/image/check_image.py $(IMAGE)
 
 # The GPU image (deploy/Dockerfile.gpu: onnxruntime-gpu, CUDA 12, cuDNN 9), on nvidia/cuda or,
@@ -75,7 +80,7 @@ IMAGE_GPU ?= localhost/lmserve:gpu
 image-gpu:
 	deploy/image/build.sh --gpu $(IMAGE_GPU)
 
-image-gpu-test: $(STAMP) image-gpu
+image-gpu-test: $(STAMP) models image-gpu
 	$(BIN)/python deploy/image/check_image.py --gpu-image $(IMAGE_GPU)
 
 bench: install models

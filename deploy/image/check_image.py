@@ -6,10 +6,11 @@ With the models baked into the image, then with a model folder mounted over `/mo
 as three replicas behind one client (round_robin over its address list), one of them killed
 under a Score loop: no call may fail. Each run starts the image's own entrypoint as the
 image's user and checks, from this host: gRPC health, ListModels, Score on kjv-5gram equal to
-KenLM's on the image's own ARPA copy, a Generate stream, the Prometheus scrape and the HTTP
-health, then SIGTERM: the server drains and exits 0. Prints JSON lines (image size, the layers
-over the base, seconds to SERVING, the replicas' calls) and exits non-zero on the first failed
-check.
+KenLM's on the repository's ARPA of that model (models/kjv-5gram, from `make models`; the image
+bakes only the binary, which must be byte-identical to the repository's), a Generate stream,
+the Prometheus scrape and the HTTP health, then SIGTERM: the server drains and exits 0. Prints
+JSON lines (image size, the layers over the base, seconds to SERVING, the replicas' calls) and
+exits non-zero on the first failed check.
 
 --gpu-image checks the GPU image (deploy/Dockerfile.gpu, `make image-gpu-test`) with what needs no
 GPU: inside the image, ONNX Runtime lists the CUDA execution provider and the provider's shared
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -50,6 +52,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lmserve.client import GeneratedToken, GenerationFinished, LmServeClient
 
 REPO = Path(__file__).resolve().parents[2]
+# The repository's kjv-5gram (`make models`), trained as the image's build stage trains the baked
+# one: its ARPA is KenLM's reference, and its binary must be the one the image serves.
+REFERENCE = REPO / "models" / "kjv-5gram"
+IMAGE_NGRAM = "/opt/lmserve/models/kjv-5gram"
 SHIPPED = ["kjv-5gram", "kjv-ffnn", "kjv-gru", "kjv-lstm", "kjv-lstm-5gram"]
 IMAGE_USER = 10001
 LOCAL_BASE = "localhost/lmserve-base:bookworm"  # deploy/image/make_base.sh
@@ -252,10 +258,17 @@ def run_baked(runner: Runner, work: Path) -> None:
         models = client.list_models()
         check(sorted(m.name for m in models) == SHIPPED, "ListModels: the shipped models")
         check(all(m.ready for m in models), "every shipped model is ready")
+        served = hashlib.sha256(runner.read_file(f"{IMAGE_NGRAM}/model.lmbin")).hexdigest()
+        reference = hashlib.sha256((REFERENCE / "model.lmbin").read_bytes()).hexdigest()
+        check(
+            served == reference,
+            f"the image's kjv-5gram model.lmbin is the repository's (sha256 {served[:12]}, "
+            f"models/kjv-5gram {reference[:12]})",
+        )
         scores = [s.log_prob for s in client.score("kjv-5gram", TEXTS)]
-        want = kenlm_totals(runner.read_file("/opt/lmserve/models/kjv-5gram/model.arpa.gz"), TEXTS)
+        want = kenlm_totals((REFERENCE / "model.arpa.gz").read_bytes(), TEXTS)
         worst = max(abs(a - b) for a, b in zip(scores, want, strict=True))
-        check(worst < 1e-4, f"Score on kjv-5gram equals KenLM on the image's ARPA ({worst:.1e})")
+        check(worst < 1e-4, f"Score on kjv-5gram equals KenLM on its ARPA ({worst:.1e})")
         events = list(client.generate("kjv-lstm", "and god said", max_new_tokens=8, seed=1))
         tokens = [e for e in events if isinstance(e, GeneratedToken)]
         ends = [e for e in events if isinstance(e, GenerationFinished)]
@@ -476,6 +489,13 @@ def main() -> int:
         help="the GPU image: its CUDA provider and libraries, then the baked models alone",
     )
     args = parser.parse_args()
+    missing = [f for f in ("model.lmbin", "model.arpa.gz") if not (REFERENCE / f).is_file()]
+    if missing:
+        print(
+            f"check_image: no {', '.join(missing)} in {REFERENCE}: build it first (make models)",
+            file=sys.stderr,
+        )
+        return 2
     if args.gpu_image and args.base == [LOCAL_BASE, OFFICIAL_BASE]:
         args.base = [LOCAL_CUDA_BASE, OFFICIAL_CUDA_BASE]
     size = image_size(args.image)
