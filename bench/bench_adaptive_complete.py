@@ -2,7 +2,7 @@
 order, with and without the session cache, and keystroke latency at 32 sessions with it.
 
     python bench/bench_adaptive_complete.py [--split test] [--documents 8] [--verses 40]
-        [--weights 0,0.05,0.1,0.2] [--bigram-weight 0.5] [--models kjv-5gram,kjv-lstm]
+        [--weights 0,0.1,0.2,0.3] [--models kjv-5gram,kjv-lstm] [--heldout-blocks]
         [--sessions 32] [--keys 40] [--runs 3] [--skip-latency]
 
 Documents: the KJV split's verses in canonical order (the split takes every 20th verse of the
@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from bench_complete import SessionSuggest
@@ -36,6 +38,46 @@ from common import DEFAULT_MODELS, REPO_ROOT, emit, log, percentile, read_lines,
 from server_process import ServerProcess
 
 CORPUS = REPO_ROOT / "export" / "lmserve" / "export" / "corpora" / "kjv"
+
+
+def bible() -> list[str]:
+    """Every verse in canonical order, put back together from the three splits (verse i is
+    in valid when i % 20 == 18, in test when i % 20 == 19, else in train)."""
+    parts = {name: iter(read_lines(CORPUS / f"{name}.txt")) for name in ("train", "valid", "test")}
+    verses = []
+    for i in range(sum(1 for _ in read_lines(CORPUS / "train.txt")) * 2):
+        name = {18: "valid", 19: "test"}.get(i % 20, "train")
+        verse = next(parts[name], None)
+        if verse is None:
+            break
+        verses.append(verse)
+    return verses
+
+
+def heldout_blocks(count: int, verses: int) -> tuple[list[list[str]], list[list[str]], list[str]]:
+    """`count` dev and `count` test blocks of `verses` consecutive verses, alternating and
+    spread over the Bible (chapter-sized documents), and every other verse: the text a model
+    that never saw the blocks trains on. Tune on dev, report on test."""
+    text = bible()
+    step = len(text) // (2 * count)
+    starts = [i * step + step // 2 for i in range(2 * count)]
+    blocks = [text[start : start + verses] for start in starts]
+    held = {i for start in starts for i in range(start, start + verses)}
+    rest = [verse for i, verse in enumerate(text) if i not in held]
+    return blocks[0::2], blocks[1::2], rest
+
+
+def train_heldout_model(lines: list[str], repository: Path) -> str:
+    """A 5-gram like the shipped kjv-5gram (same command) on `lines`; its name."""
+    name = "kjv-5gram-heldout"
+    corpus = repository / "train.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "lmserve.server.cli", "train-ngram", "--order", "5"]
+    command += ["--smoothing", "modified-kneser-ney", "--name", name, "--lowercase"]
+    command += ["--token-pattern", "[a-z]+(?:'[a-z]+)*", str(corpus), str(repository / name)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    corpus.unlink()
+    return name
 
 
 def documents(split: str, count: int, verses: int) -> list[list[str]]:
@@ -127,10 +169,16 @@ def latency(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--split", choices=("test", "valid"), default="test")
+    parser.add_argument(
+        "--heldout-blocks",
+        action="store_true",
+        help="documents: --documents blocks of --verses consecutive verses (dev blocks with "
+        "--split valid), typed on a 5-gram trained (as kjv-5gram) on every verse outside the "
+        "dev and test blocks (savings only)",
+    )
     parser.add_argument("--documents", type=int, default=8)
     parser.add_argument("--verses", type=int, default=40)
     parser.add_argument("--weights", default="0,0.05,0.1,0.2")
-    parser.add_argument("--bigram-weight", type=float, default=None)
     parser.add_argument("--models", default="kjv-5gram,kjv-lstm")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=32)
@@ -142,8 +190,17 @@ def main() -> int:
     args = parser.parse_args()
     weights = [float(w) for w in args.weights.split(",")]
     models = args.models.split(",")
-    if args.bigram_weight is not None:  # the server reads its settings from the environment
-        os.environ["LMSERVE_COMPLETE_CACHE_BIGRAM_WEIGHT"] = str(args.bigram_weight)
+    if args.heldout_blocks:
+        dev, test, rest = heldout_blocks(args.documents, args.verses)
+        blocks = dev if args.split == "valid" else test
+        with tempfile.TemporaryDirectory() as tmp:
+            log(f"training a 5-gram without {len(blocks)} blocks of {args.verses} verses")
+            name = train_heldout_model(rest, Path(tmp))
+            with ServerProcess(Path(tmp)) as server:
+                for weight in weights:
+                    log(f"savings: {name}, cache weight {weight}, {len(blocks)} held-out blocks")
+                    savings(server.target, name, blocks, weight, args.k)
+        return 0
     docs = documents(args.split, args.documents, args.verses)
     with ServerProcess(DEFAULT_MODELS) as server:
         if not args.skip_savings:

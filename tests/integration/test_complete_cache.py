@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+from cache_reference import cache_reference
 from integration_data import KJV_PATTERN
 from prometheus_client import CollectorRegistry
 
@@ -35,7 +35,7 @@ from lmserve.v1 import lm_service_pb2_grpc
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LSTM_FOLDER = REPO_ROOT / "models" / "kjv-lstm"
 NGRAM, LSTM = "kjv3", "kjv-lstm"
-WEIGHT, BIGRAM, USER_COUNT, HISTORY_WORDS = 0.2, 0.5, 1.0, 12
+WEIGHT, USER_COUNT, HISTORY_WORDS = 0.2, 1.0, 12
 SENTENCES = [
     "and nebuchadnezzar the king of babylon came",
     "and nebuchadnezzar spake unto daniel",
@@ -66,7 +66,6 @@ def _server(repository: Path) -> BackgroundServer:
             "port": 0,
             "metrics_enabled": False,
             "complete_cache_weight": WEIGHT,
-            "complete_cache_bigram_weight": BIGRAM,
             "complete_user_word_count": USER_COUNT,
             "complete_cache_history_words": HISTORY_WORDS,
         }
@@ -132,28 +131,18 @@ def reference(
     ids = [vocab.index.get(w, vocab.unk_id) for w in context]
     log_probs = base.next_token_log_probs(ids)
     specials = {vocab.bos_id, vocab.eos_id, vocab.unk_id, vocab.pad_id}
-    sentences = [*_kept(history), context]
-    unigrams = Counter(w for s in sentences for w in s)
-    bigrams = Counter(pair for s in sentences for pair in zip(["<s>", *s], s, strict=False))
     users = set(user_words)
-    mass = sum(unigrams.values()) + USER_COUNT * len(users)
-    previous = context[-1] if context else "<s>"
-    following = sum(c for (v, _), c in bigrams.items() if v == previous)
-    words = {w for i, w in enumerate(vocab.words) if i not in specials} | set(unigrams) | users
+    p_cache = cache_reference(_kept(history), context, users, USER_COUNT)
+    counted = {w for s in [*_kept(history), context] for w in s}
+    mass = len(counted) + len(users)
+    words = {w for i, w in enumerate(vocab.words) if i not in specials} | counted | users
     out = {}
     for word in words:
         if not word.startswith(prefix):
             continue
         i = vocab.index.get(word)
         p_base = math.exp(float(log_probs[i])) if i is not None and i not in specials else 0.0
-        p_cache = 0.0
-        if mass and weight:
-            unigram = (unigrams[word] + (USER_COUNT if word in users else 0)) / mass
-            if following:
-                p_cache = BIGRAM * bigrams[(previous, word)] / following + (1 - BIGRAM) * unigram
-            else:
-                p_cache = unigram
-        p = (1 - weight) * p_base + weight * p_cache if mass and weight else p_base
+        p = (1 - weight) * p_base + weight * p_cache(word) if mass and weight else p_base
         if p > 0:
             out[word] = math.log(p)
     return out

@@ -3,16 +3,15 @@ sequence of edits (extend, rollback, reset, a new history, new user words)."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
+from cache_reference import cache_reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmserve.server.decoding.word_cache import CacheConfig, WordCache
 
 WORDS = st.sampled_from(["a", "b", "ab", "c", "ba"])
-CONFIG = CacheConfig(weight=0.3, bigram_weight=0.4, user_word_count=2.0, history_words=6)
+CONFIG = CacheConfig(weight=0.3, user_word_count=2.0, history_words=6)
 
 EDITS = st.one_of(
     st.tuples(st.just("extend"), st.lists(WORDS, max_size=4)),
@@ -31,25 +30,9 @@ def recount(cache: WordCache, words: list[str]) -> list[float]:
             break
         kept.insert(0, sentence)
         total += len(sentence)
-    sentences = [*kept, cache.context]
-    unigrams = Counter(w for s in sentences for w in s)
-    bigrams = Counter(p for s in sentences for p in zip(["<s>", *s], s, strict=False))
     users = set(cache.user_words)
-    mass = sum(unigrams.values()) + CONFIG.user_word_count * len(users)
-    previous = cache.context[-1] if cache.context else "<s>"
-    following = sum(c for (v, _), c in bigrams.items() if v == previous)
-    out = []
-    for w in words:
-        if not mass:
-            out.append(0.0)
-            continue
-        uni = (unigrams[w] + (CONFIG.user_word_count if w in users else 0)) / mass
-        if following:
-            beta = CONFIG.bigram_weight
-            out.append(beta * bigrams[(previous, w)] / following + (1 - beta) * uni)
-        else:
-            out.append(uni)
-    return out
+    probability = cache_reference(kept, cache.context, users, CONFIG.user_word_count)
+    return [probability(w) for w in words]
 
 
 @settings(max_examples=300, deadline=None)
@@ -80,5 +63,5 @@ def test_incremental_counts_equal_a_recount(edits: list[tuple[str, object]]) -> 
 def test_the_config_refuses_weights_out_of_range() -> None:
     with pytest.raises(ValueError, match="cache weight"):
         CacheConfig(weight=1.0)
-    with pytest.raises(ValueError, match="bigram weight"):
-        CacheConfig(bigram_weight=1.5)
+    with pytest.raises(ValueError, match="cache weight"):
+        CacheConfig(weight=-0.1)

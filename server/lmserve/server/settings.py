@@ -88,11 +88,10 @@ class Settings(BaseSettings):
     complete_session_idle_seconds: float = Field(default=600.0, gt=0)
     complete_session_memory_mb: int = Field(default=512, ge=1)
     # Adaptive autocomplete (word models): a cache model of the session's own words, mixed in
-    # with this weight (0 turns it off; a session may set its own), its bigram share, the
-    # pseudo-count of each user word, and how many words of finished sentences it keeps.
-    # Measured in bench/README ("Adaptive autocomplete").
-    complete_cache_weight: float = Field(default=0.1, ge=0.0, lt=1.0)
-    complete_cache_bigram_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    # with this weight (0 turns it off; a session may set its own), the pseudo-count of each
+    # user word, and how many words of finished sentences it keeps. Measured in bench/README
+    # ("Adaptive autocomplete").
+    complete_cache_weight: float = Field(default=0.2, ge=0.0, lt=1.0)
     complete_user_word_count: float = Field(default=1.0, gt=0.0)
     complete_cache_history_words: int = Field(default=5_000, ge=0)
     # Complete: user words one session may hold.

@@ -1,28 +1,33 @@
 """A cache model of a session's own words (Kuhn and De Mori's cache LM, SRILM's `-cache`),
 mixed with the base model's next-word distribution for autocomplete.
 
-    cache = WordCache(CacheConfig(weight=0.1))
+    cache = WordCache(CacheConfig(weight=0.2))
     cache.set_user_words(["zorblax"])
     cache.commit(["in", "the", "beginning"])    # a finished sentence joins the history
     cache.extend(["and", "the"])                # the sentence being typed
-    cache.probabilities(["beginning"])          # [P_cache(word | "the")], see below
+    cache.probabilities(["beginning"])          # [P_cache(word | "and the")], see below
 
 The cache counts the words of the session's document: its finished sentences (the history,
 the last `history_words` of them, whole sentences) and the sentence being typed (the context),
-each sentence read from `<s>`. With c(w) the count of w, N the words counted, c(v, w) the
-bigram count and c(v) the bigrams that start with v, and u(w) = `user_word_count` for each of
-the session's user words (U their sum):
+each sentence read from `<s>`. It is a trigram model of those words with Witten-Bell
+smoothing, which needs no weights of its own: with c(h, w) the count of w after the words h,
+c(h) the words counted after h and T(h) the distinct words seen after h, u(w) =
+`user_word_count` for each of the session's user words, N the words counted and U the user
+words' total,
 
-    P_uni(w)       = (c(w) + u(w)) / (N + U)
-    P_cache(w | v) = bigram_weight * c(v, w) / c(v) + (1 - bigram_weight) * P_uni(w)
-                     (P_uni(w) alone where c(v) = 0)
-    P(w | context) = (1 - weight) * P_base(w | context) + weight * P_cache(w | v)
+    P_uni(w)          = (c(w) + u(w)) / (N + U)
+    P_bi(w | v)       = (c(v, w) + T(v) P_uni(w)) / (c(v) + T(v))          (P_uni where c(v) = 0)
+    P_cache(w | u, v) = (c(u v, w) + T(u v) P_bi(w | v)) / (c(u v) + T(u v)) (P_bi where 0)
+    P(w | context)    = (1 - weight) * P_base(w | context) + weight * P_cache(w | u, v)
 
-where v is the context's last word (`<s>` on an empty context). An empty cache (no words, no
-user words) leaves the base model alone. A word outside the base model's vocabulary (a user
-word, a name the model never saw) has P_base = 0 and is offered at its cache probability.
-Every figure is a function of (history, context, user words, config): a session rebuilt from
-them on another replica answers the same words.
+where u, v are the context's last two words (`<s>` before the first word). A context the
+document has already continued is trusted as far as it was continued consistently: a phrase
+typed twice is offered the third time. An empty cache (no words, no user words) leaves the base
+model alone. A word outside the base model's vocabulary (a user word, a name the model never
+saw) has P_base = 0 and is offered at its cache probability. Every figure is a function of
+(history, context, user words, config): a session rebuilt from them on another replica
+answers the same words. The design and the weight were chosen on held-out KJV blocks
+(`bench/bench_adaptive_complete.py --heldout-blocks --split valid`; bench/README).
 """
 
 from __future__ import annotations
@@ -33,49 +38,53 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 BOS = "<s>"
+START = ""  # the word before `<s>`: the first word's trigram context is (START, BOS)
 
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """The mixture's weights (settings' `complete_cache_*`; measured in bench/README)."""
+    """The mixture's weight and the cache's bounds (settings' `complete_cache_*`)."""
 
-    weight: float = 0.1
-    bigram_weight: float = 0.5
+    weight: float = 0.2
     user_word_count: float = 1.0
     history_words: int = 5_000
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.weight < 1.0:
             raise ValueError(f"cache weight must be in [0, 1), got {self.weight}")
-        if not 0.0 <= self.bigram_weight <= 1.0:
-            raise ValueError(f"bigram weight must be in [0, 1], got {self.bigram_weight}")
+
+
+def _contexts(previous2: str, previous: str) -> tuple[tuple[str], tuple[str, str]]:
+    return (previous,), (previous2, previous)
 
 
 class _Counts:
-    """Unigram and bigram counts of some sentences (each read from `<s>`)."""
+    """Unigram counts and the words seen after each one- and two-word context, of some
+    sentences (each read from `<s>`)."""
 
     def __init__(self) -> None:
         self.unigrams: Counter[str] = Counter()
-        self.bigrams: dict[str, Counter[str]] = {}
+        self.after: dict[tuple[str, ...], Counter[str]] = {}
         self.total = 0
 
-    def add(self, previous: str, word: str, sign: int = 1) -> None:
+    def add(self, previous2: str, previous: str, word: str, sign: int = 1) -> None:
         self.unigrams[word] += sign
         self.total += sign
-        following = self.bigrams.setdefault(previous, Counter())
-        following[word] += sign
-        if not following[word]:
-            del following[word]
-            if not following:
-                del self.bigrams[previous]
         if not self.unigrams[word]:
             del self.unigrams[word]
+        for context in _contexts(previous2, previous):
+            following = self.after.setdefault(context, Counter())
+            following[word] += sign
+            if not following[word]:
+                del following[word]
+                if not following:
+                    del self.after[context]
 
     def add_sentence(self, words: Sequence[str], sign: int = 1) -> None:
-        previous = BOS
+        previous2, previous = START, BOS
         for word in words:
-            self.add(previous, word, sign)
-            previous = word
+            self.add(previous2, previous, word, sign)
+            previous2, previous = previous, word
 
 
 class WordCache:
@@ -123,11 +132,18 @@ class WordCache:
         self.truncate(0)
         self.extend(words)
 
+    def _previous(self, i: int) -> tuple[str, str]:
+        """The two words before context position i."""
+        context = self.context
+        previous = context[i - 1] if i >= 1 else BOS
+        previous2 = context[i - 2] if i >= 2 else (BOS if i == 1 else START)
+        return previous2, previous
+
     def extend(self, words: Sequence[str]) -> None:
-        previous = self.context[-1] if self.context else BOS
+        previous2, previous = self._previous(len(self.context))
         for word in words:
-            self._context.add(previous, word)
-            previous = word
+            self._context.add(previous2, previous, word)
+            previous2, previous = previous, word
         self.context.extend(words)
         self._list(words)
 
@@ -135,8 +151,7 @@ class WordCache:
         """Keeps the context's first `length` words (a rollback)."""
         removed = list(self.context[length:])
         for i in range(len(self.context) - 1, length - 1, -1):
-            previous = self.context[i - 1] if i else BOS
-            self._context.add(previous, self.context[i], -1)
+            self._context.add(*self._previous(i), self.context[i], -1)
         del self.context[length:]
         self._unlist(removed)
 
@@ -175,28 +190,33 @@ class WordCache:
         return words[start:end]
 
     def probabilities(self, words: Sequence[str]) -> list[float]:
-        """P_cache(word | the context's last word) of each of `words`."""
+        """P_cache(word | the context's last two words) of each of `words`."""
         user = self.config.user_word_count
         mass = self._history.total + self._context.total + user * len(self.user_words)
         if mass <= 0:
             return [0.0] * len(words)
-        previous = self.context[-1] if self.context else BOS
-        after_h = self._history.bigrams.get(previous) or Counter()
-        after_c = self._context.bigrams.get(previous) or Counter()
-        following = after_h.total() + after_c.total()
-        beta = self.config.bigram_weight if following else 0.0
+        bigram, trigram = _contexts(*self._previous(len(self.context)))
         uni_h, uni_c, users = self._history.unigrams, self._context.unigrams, self.user_words
+        levels = [self._followers(bigram), self._followers(trigram)]
         out = []
         for word in words:
-            count = uni_h[word] + uni_c[word] + (user if word in users else 0.0)
-            unigram = count / mass
-            pair = (after_h[word] + after_c[word]) / following if following else 0.0
-            out.append(beta * pair + (1.0 - beta) * unigram)
+            p = (uni_h[word] + uni_c[word] + (user if word in users else 0.0)) / mass
+            for after_h, after_c, seen, distinct in levels:
+                if seen:  # Witten-Bell: back off by the share of new words after the context
+                    p = (after_h[word] + after_c[word] + distinct * p) / (seen + distinct)
+            out.append(p)
         return out
+
+    def _followers(self, context: tuple[str, ...]) -> tuple[Counter[str], Counter[str], int, int]:
+        """The words counted after `context` (history, sentence), how many, how many distinct."""
+        after_h = self._history.after.get(context) or Counter()
+        after_c = self._context.after.get(context) or Counter()
+        distinct = len(after_h.keys() | after_c.keys())
+        return after_h, after_c, after_h.total() + after_c.total(), distinct
 
     @property
     def nbytes(self) -> int:
         """A rough size for the session cache's memory bound (Python objects per word)."""
         words = len(self._sorted) + sum(len(s) for s in self.history) + len(self.context)
-        bigrams = sum(len(c) for c in self._history.bigrams.values())
-        return 120 * words + 200 * bigrams
+        pairs = sum(len(c) for c in self._history.after.values())
+        return 120 * words + 200 * pairs

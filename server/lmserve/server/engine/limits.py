@@ -82,7 +82,6 @@ class EngineLimits:
                 max_bytes=settings.complete_session_memory_mb * 1024 * 1024,
                 cache=CacheConfig(
                     weight=settings.complete_cache_weight,
-                    bigram_weight=settings.complete_cache_bigram_weight,
                     user_word_count=settings.complete_user_word_count,
                     history_words=settings.complete_cache_history_words,
                 ),
