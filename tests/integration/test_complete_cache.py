@@ -286,3 +286,21 @@ def test_cli_complete_offers_user_words(
     assert main([*argv, "--type", "and zorblax came\nzorb"]) == 0  # a newline ends a sentence
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [c["word"] for c in records[-1]["completions"]][:1] == ["zorblax"]
+
+
+def test_a_long_document_answers_the_brute_force_mixture(
+    client: LmServeClient, ngram: NgramModel, shared_data: Path
+) -> None:
+    """Many cache words (the cache's own top k is pre-selected) and the history bound."""
+    verses = (shared_data / "kjv" / "test.txt").read_text(encoding="utf-8").splitlines()[:12]
+    history: list[list[str]] = []
+    with client.complete(NGRAM, k=2) as session:
+        for verse in verses[:-1]:
+            session.type(verse + " ")
+            session.reset()
+            history.append(verse.split())
+        context = verses[-1].split()[:3]
+        session.type(" ".join(context) + " ")
+        for prefix in ("", "a", "th", "w"):
+            expected = reference(ngram, history, context, [], prefix)
+            assert_top_k(session.suggest(prefix), expected, 2)

@@ -53,6 +53,8 @@ def test_incremental_counts_equal_a_recount(edits: list[tuple[str, object]]) -> 
             cache.set_user_words(value)  # type: ignore[arg-type]
     vocabulary = ["a", "b", "ab", "c", "ba", "zz"]
     assert cache.probabilities(vocabulary) == pytest.approx(recount(cache, vocabulary))
+    held = cache.words
+    assert list(cache.probability_array()) == pytest.approx(recount(cache, held))
     # The words held (counted or a user's) are exactly those with a probability.
     probabilities = recount(cache, vocabulary)
     expected = sorted(w for w, p in zip(vocabulary, probabilities, strict=True) if p > 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,6 +159,50 @@ def top_k_subword_words(
     return SubwordCompletions(words, exact, expansions)
 
 
+@dataclass(frozen=True)
+class _CacheTable:
+    """Every cache word's mixed log-probability after one context, kept while the cache and the
+    base distribution are unchanged: the keystrokes of one word share it."""
+
+    key: tuple[int, float]
+    log_probs: npt.NDArray[np.floating]  # the base distribution it was made from
+    masked: npt.NDArray[np.floating]  # that distribution without the cache's words
+    order: npt.NDArray[np.int64]  # tie order: the vocabulary id, or V + position if outside
+    mixed: npt.NDArray[np.float64]  # log P under the mixture (-inf: never offered)
+
+
+def _cache_table(
+    cache: WordCache,
+    log_probs: npt.NDArray[np.floating],
+    word_id: Callable[[str], int | None],
+    excluded: Collection[str],
+) -> _CacheTable:
+    key = (cache.version, cache.weight)
+    held = cache.derived
+    if isinstance(held, _CacheTable) and held.key == key and held.log_probs is log_probs:
+        return held
+    words, weight, size = cache.words, cache.weight, len(log_probs)
+    ids = np.fromiter(
+        ((-1 if (i := word_id(w)) is None else i) for w in words), np.int64, len(words)
+    )
+    inside = ids >= 0
+    p_base = np.zeros(len(words))
+    p_base[inside] = np.exp(np.asarray(log_probs, dtype=np.float64)[ids[inside]])
+    mixed = (1.0 - weight) * p_base + weight * cache.probability_array()
+    with np.errstate(divide="ignore"):
+        log_mixed = np.log(mixed)
+    for word in excluded:
+        start, end = cache.prefix_range(word)  # the word itself, if held, comes first
+        if start < end and words[start] == word:
+            log_mixed[start] = -np.inf
+    masked = np.array(log_probs, dtype=np.float64)
+    masked[ids[inside]] = -np.inf
+    order = np.where(inside, ids, size + np.arange(len(words)))
+    table = _CacheTable(key, log_probs, masked, order, log_mixed)
+    cache.derived = table
+    return table
+
+
 def top_k_words_with_cache(
     log_probs: npt.NDArray[np.floating],
     candidate_ids: npt.ArrayLike,
@@ -168,36 +212,35 @@ def top_k_words_with_cache(
     prefix: str,
     words: Sequence[str],
     word_id: Callable[[str], int | None],
-    excluded: Container[str] = (),
+    excluded: Collection[str] = (),
 ) -> list[tuple[str, float]]:
     """The k best words starting with `prefix` under the cache mixture (`word_cache`), best
     first as (word, log P in nats); ties by vocabulary id, then words outside the vocabulary
     by their text.
 
     Exact without mixing the whole vocabulary: scaling by (1 - weight) keeps the order of the
-    words the cache does not hold, so the k best of those are among the base model's k + m best
-    candidates (m: the cache's words in the vocabulary with the prefix); the cache's own words
-    are mixed one by one, then both are merged. `word_id(word)` is a candidate's vocabulary id,
-    or None for a word outside the vocabulary; `excluded` words are never offered (the
-    special tokens).
+    words the cache does not hold, so their k best are the base model's k best once the
+    cache's words are masked out; the cache's own words are mixed one by one (once per context:
+    the keystrokes of a word share the table), then both are merged. `word_id(word)` is a
+    candidate's vocabulary id, or None for a word outside the vocabulary; `excluded` words are
+    never offered (the special tokens).
     """
-    weight = cache.weight
-    keep = math.log1p(-weight)
-    cached = cache.words_with_prefix(prefix)
-    ids = [word_id(w) for w in cached]
-    in_vocab = {i for i in ids if i is not None}
-    base = top_k_words(log_probs, candidate_ids, k + len(in_vocab))
-    merged: list[tuple[float, int, int | str, str, float]] = []
-    for i, lp in base:
-        if i not in in_vocab and len(merged) < k:
-            merged.append((-(lp + keep), 0, i, words[i], lp + keep))
-    for word, vid, p_cache in zip(cached, ids, cache.probabilities(cached), strict=True):
-        if word in excluded:
-            continue
-        p_base = math.exp(float(log_probs[vid])) if vid is not None else 0.0
-        mixed = (1.0 - weight) * p_base + weight * p_cache
-        if mixed > 0.0:
-            lp = math.log(mixed)
-            merged.append((-lp, 0, vid, word, lp) if vid is not None else (-lp, 1, word, word, lp))
-    merged.sort(key=lambda item: item[:3])
-    return [(word, lp) for _, _, _, word, lp in merged[:k]]
+    table = _cache_table(cache, log_probs, word_id, excluded)
+    keep = math.log1p(-cache.weight)
+    start, end = cache.prefix_range(prefix)
+    base = [(i, lp) for i, lp in top_k_words(table.masked, candidate_ids, k) if lp > -math.inf]
+    cached_values, cached_order = table.mixed[start:end], table.order[start:end]
+    if cached_values.size > 4 * k:  # only the cache's k best (and any tied with them) can win
+        threshold = cached_values[np.argpartition(-cached_values, k - 1)[:k]].min()
+        pick = np.flatnonzero(cached_values >= threshold)
+        cached_values, cached_order = cached_values[pick], cached_order[pick]
+    values = np.concatenate([[lp + keep for _, lp in base], cached_values])
+    order = np.concatenate([[i for i, _ in base], cached_order]).astype(np.int64)
+    size = len(log_probs)
+    best = np.lexsort((order, -values))[:k]
+    cached = cache.words
+    return [
+        (words[o] if o < size else cached[o - size], float(values[j]))
+        for j, o in ((j, int(order[j])) for j in best)
+        if values[j] > -math.inf
+    ]

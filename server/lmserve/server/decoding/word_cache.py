@@ -36,6 +36,10 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 BOS = "<s>"
 START = ""  # the word before `<s>`: the first word's trigram context is (START, BOS)
@@ -101,12 +105,17 @@ class WordCache:
         self._history = _Counts()
         self._context = _Counts()
         self._sorted: list[str] = []
+        # Bumped by every edit: what is derived from the cache (a keystroke's table) is kept
+        # while it is unchanged.
+        self.version = 0
+        self.derived: Any = None
         self._listed: Counter[str] = Counter()  # how many sources hold each listed word
 
     # -- edits ---------------------------------------------------------------------------------
 
     def set_history(self, sentences: Iterable[Sequence[str]]) -> None:
         """The finished sentences, oldest first (the last `history_words` words are kept)."""
+        self.version += 1
         for sentence in self.history:
             self._history.add_sentence(sentence, -1)
             self._unlist(sentence)
@@ -117,6 +126,7 @@ class WordCache:
     def commit(self, sentence: Sequence[str]) -> None:
         """A finished sentence joins the history (a session's reset)."""
         if sentence:
+            self.version += 1
             self._commit_history(list(sentence))
 
     def _commit_history(self, sentence: list[str]) -> None:
@@ -140,6 +150,7 @@ class WordCache:
         return previous2, previous
 
     def extend(self, words: Sequence[str]) -> None:
+        self.version += 1
         previous2, previous = self._previous(len(self.context))
         for word in words:
             self._context.add(previous2, previous, word)
@@ -149,6 +160,7 @@ class WordCache:
 
     def truncate(self, length: int) -> None:
         """Keeps the context's first `length` words (a rollback)."""
+        self.version += 1
         removed = list(self.context[length:])
         for i in range(len(self.context) - 1, length - 1, -1):
             self._context.add(*self._previous(i), self.context[i], -1)
@@ -156,6 +168,7 @@ class WordCache:
         self._unlist(removed)
 
     def set_user_words(self, words: Sequence[str]) -> None:
+        self.version += 1
         self._unlist(self.user_words)
         self.user_words = tuple(dict.fromkeys(words))
         self._list(self.user_words)
@@ -182,12 +195,20 @@ class WordCache:
 
     def words_with_prefix(self, prefix: str) -> list[str]:
         """The cache's distinct words (user words included) that start with `prefix`."""
+        start, end = self.prefix_range(prefix)
+        return self._sorted[start:end]
+
+    @property
+    def words(self) -> list[str]:
+        """The cache's distinct words, sorted (do not modify)."""
+        return self._sorted
+
+    def prefix_range(self, prefix: str) -> tuple[int, int]:
+        """The slice of `words` that start with `prefix`."""
         words = self._sorted
         start = bisect.bisect_left(words, prefix)
-        end = start
-        while end < len(words) and words[end].startswith(prefix):
-            end += 1
-        return words[start:end]
+        end = bisect.bisect_left(words, prefix + "\U0010ffff") if prefix else len(words)
+        return start, end
 
     def probabilities(self, words: Sequence[str]) -> list[float]:
         """P_cache(word | the context's last two words) of each of `words`."""
@@ -206,6 +227,29 @@ class WordCache:
                     p = (after_h[word] + after_c[word] + distinct * p) / (seen + distinct)
             out.append(p)
         return out
+
+    def probability_array(self) -> npt.NDArray[np.float64]:
+        """`probabilities(words)` for all the cache's words at once (aligned with `words`),
+        vectorised: every word gets the unigram, then each context level rescales all of them
+        by its back-off share and adds its few followers' counts."""
+        words = self._sorted
+        user = self.config.user_word_count
+        mass = self._history.total + self._context.total + user * len(self.user_words)
+        if mass <= 0:
+            return np.zeros(len(words))
+        uni_h, uni_c = self._history.unigrams, self._context.unigrams
+        p = np.fromiter((uni_h[w] + uni_c[w] for w in words), np.float64, len(words))
+        for word in self.user_words:
+            p[bisect.bisect_left(words, word)] += user
+        p /= mass
+        for context in _contexts(*self._previous(len(self.context))):
+            after_h, after_c, seen, distinct = self._followers(context)
+            if seen:
+                p *= distinct / (seen + distinct)
+                for following in (after_h, after_c):
+                    for word, count in following.items():
+                        p[bisect.bisect_left(words, word)] += count / (seen + distinct)
+        return p
 
     def _followers(self, context: tuple[str, ...]) -> tuple[Counter[str], Counter[str], int, int]:
         """The words counted after `context` (history, sentence), how many, how many distinct."""
