@@ -123,12 +123,19 @@ def savings(target: str, model: str, docs: list[list[str]], weight: float, k: in
 
 
 async def _typist(
-    client: Any, model: str, doc: list[str], weight: float, keys: int, out: list[float]
+    client: Any,
+    model: str,
+    doc: list[str],
+    weight: float,
+    keys: int,
+    out: list[float],
+    ready: asyncio.Barrier,
 ) -> None:
     async with client.complete(model, k=3, cache_weight=weight) as session:
         for verse in doc[:-1]:  # the document so far (not timed)
             await session.type(verse + " ")
             await session.reset()
+        await ready.wait()  # every user has its document before any key is timed
         await asyncio.sleep(random.uniform(0, 0.1))  # users do not type in step
         due = time.perf_counter()
         for ch in doc[-1][:keys]:
@@ -145,8 +152,9 @@ async def _latency_run(
     from lmserve.client import AsyncLmServeClient
 
     out: list[float] = []
+    ready = asyncio.Barrier(len(docs))
     async with AsyncLmServeClient(target) as client:
-        await asyncio.gather(*(_typist(client, model, d, weight, keys, out) for d in docs))
+        await asyncio.gather(*(_typist(client, model, d, weight, keys, out, ready) for d in docs))
     return out
 
 

@@ -38,7 +38,8 @@ def recount(cache: WordCache, words: list[str]) -> list[float]:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(EDITS, max_size=12))
 def test_incremental_counts_equal_a_recount(edits: list[tuple[str, object]]) -> None:
-    cache = WordCache(CONFIG)
+    vocabulary_ids = {"a": 0, "b": 1, "ab": 2}
+    cache = WordCache(CONFIG, word_id=vocabulary_ids.get)
     for kind, value in edits:
         if kind == "extend":
             cache.extend(value)  # type: ignore[arg-type]
@@ -55,6 +56,7 @@ def test_incremental_counts_equal_a_recount(edits: list[tuple[str, object]]) -> 
     assert cache.probabilities(vocabulary) == pytest.approx(recount(cache, vocabulary))
     held = cache.words
     assert list(cache.probability_array()) == pytest.approx(recount(cache, held))
+    assert cache.ids.tolist() == [vocabulary_ids.get(w, -1) for w in held]
     # The words held (counted or a user's) are exactly those with a probability.
     probabilities = recount(cache, vocabulary)
     expected = sorted(w for w, p in zip(vocabulary, probabilities, strict=True) if p > 0)

@@ -174,7 +174,6 @@ class _CacheTable:
 def _cache_table(
     cache: WordCache,
     log_probs: npt.NDArray[np.floating],
-    word_id: Callable[[str], int | None],
     excluded: Collection[str],
 ) -> _CacheTable:
     key = (cache.version, cache.weight)
@@ -182,9 +181,7 @@ def _cache_table(
     if isinstance(held, _CacheTable) and held.key == key and held.log_probs is log_probs:
         return held
     words, weight, size = cache.words, cache.weight, len(log_probs)
-    ids = np.fromiter(
-        ((-1 if (i := word_id(w)) is None else i) for w in words), np.int64, len(words)
-    )
+    ids = cache.ids
     inside = ids >= 0
     p_base = np.zeros(len(words))
     p_base[inside] = np.exp(np.asarray(log_probs, dtype=np.float64)[ids[inside]])
@@ -211,7 +208,6 @@ def top_k_words_with_cache(
     cache: WordCache,
     prefix: str,
     words: Sequence[str],
-    word_id: Callable[[str], int | None],
     excluded: Collection[str] = (),
 ) -> list[tuple[str, float]]:
     """The k best words starting with `prefix` under the cache mixture (`word_cache`), best
@@ -221,11 +217,11 @@ def top_k_words_with_cache(
     Exact without mixing the whole vocabulary: scaling by (1 - weight) keeps the order of the
     words the cache does not hold, so their k best are the base model's k best once the
     cache's words are masked out; the cache's own words are mixed one by one (once per context:
-    the keystrokes of a word share the table), then both are merged. `word_id(word)` is a
-    candidate's vocabulary id, or None for a word outside the vocabulary; `excluded` words are
-    never offered (the special tokens).
+    the keystrokes of a word share the table), then both are merged. The cache knows its
+    words' vocabulary ids (`WordCache.ids`); `excluded` words are never offered (the special
+    tokens).
     """
-    table = _cache_table(cache, log_probs, word_id, excluded)
+    table = _cache_table(cache, log_probs, excluded)
     keep = math.log1p(-cache.weight)
     start, end = cache.prefix_range(prefix)
     base = [(i, lp) for i, lp in top_k_words(table.masked, candidate_ids, k) if lp > -math.inf]

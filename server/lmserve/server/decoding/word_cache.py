@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,10 +94,17 @@ class _Counts:
 class WordCache:
     """The cache of one session (see the module doc); words as the model's tokenizer gives
     them. Also keeps the sorted distinct words, so the words that start with a typed prefix
-    are found by bisection."""
+    are found by bisection, and beside them (numpy arrays) their unigram counts (user words'
+    pseudo-counts included) and their ids in the base model's vocabulary (`word_id`, -1
+    outside it), so a keystroke's table is a few vector operations."""
 
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(
+        self, config: CacheConfig, word_id: Callable[[str], int | None] = lambda word: None
+    ) -> None:
         self.config = config
+        self._word_id = word_id
+        self._counts = np.zeros(0)
+        self._ids = np.zeros(0, dtype=np.int64)
         self.weight = config.weight
         self.history: list[list[str]] = []
         self.context: list[str] = []  # the sentence being typed
@@ -109,6 +116,7 @@ class WordCache:
         # while it is unchanged.
         self.version = 0
         self.derived: Any = None
+        self._measured = (-1, 0)  # (version, nbytes)
         self._listed: Counter[str] = Counter()  # how many sources hold each listed word
 
     # -- edits ---------------------------------------------------------------------------------
@@ -150,6 +158,8 @@ class WordCache:
         return previous2, previous
 
     def extend(self, words: Sequence[str]) -> None:
+        if not words:
+            return
         self.version += 1
         previous2, previous = self._previous(len(self.context))
         for word in words:
@@ -160,6 +170,8 @@ class WordCache:
 
     def truncate(self, length: int) -> None:
         """Keeps the context's first `length` words (a rollback)."""
+        if length >= len(self.context):
+            return
         self.version += 1
         removed = list(self.context[length:])
         for i in range(len(self.context) - 1, length - 1, -1):
@@ -169,22 +181,34 @@ class WordCache:
 
     def set_user_words(self, words: Sequence[str]) -> None:
         self.version += 1
-        self._unlist(self.user_words)
+        user = self.config.user_word_count
+        self._unlist(self.user_words, user)
         self.user_words = tuple(dict.fromkeys(words))
-        self._list(self.user_words)
+        self._list(self.user_words, user)
 
-    def _list(self, words: Iterable[str]) -> None:
+    def _list(self, words: Iterable[str], count: float = 1.0) -> None:
+        """Counts occurrences (or user words, `count` each) into the sorted words' arrays."""
         for word in words:
+            position = bisect.bisect_left(self._sorted, word)
             if not self._listed[word]:
-                bisect.insort(self._sorted, word)
+                self._sorted.insert(position, word)
+                self._counts = np.insert(self._counts, position, 0.0)
+                word_id = self._word_id(word)
+                self._ids = np.insert(self._ids, position, -1 if word_id is None else word_id)
             self._listed[word] += 1
+            self._counts[position] += count
 
-    def _unlist(self, words: Iterable[str]) -> None:
+    def _unlist(self, words: Iterable[str], count: float = 1.0) -> None:
         for word in words:
+            position = bisect.bisect_left(self._sorted, word)
             self._listed[word] -= 1
-            if not self._listed[word]:
-                del self._listed[word]
-                del self._sorted[bisect.bisect_left(self._sorted, word)]
+            if self._listed[word]:
+                self._counts[position] -= count
+                continue
+            del self._listed[word]
+            del self._sorted[position]
+            self._counts = np.delete(self._counts, position)
+            self._ids = np.delete(self._ids, position)
 
     # -- the model -----------------------------------------------------------------------------
 
@@ -202,6 +226,11 @@ class WordCache:
     def words(self) -> list[str]:
         """The cache's distinct words, sorted (do not modify)."""
         return self._sorted
+
+    @property
+    def ids(self) -> npt.NDArray[np.int64]:
+        """Each of `words`' id in the base model's vocabulary, -1 outside it (read only)."""
+        return self._ids
 
     def prefix_range(self, prefix: str) -> tuple[int, int]:
         """The slice of `words` that start with `prefix`."""
@@ -237,11 +266,7 @@ class WordCache:
         mass = self._history.total + self._context.total + user * len(self.user_words)
         if mass <= 0:
             return np.zeros(len(words))
-        uni_h, uni_c = self._history.unigrams, self._context.unigrams
-        p = np.fromiter((uni_h[w] + uni_c[w] for w in words), np.float64, len(words))
-        for word in self.user_words:
-            p[bisect.bisect_left(words, word)] += user
-        p /= mass
+        p = self._counts / mass
         for context in _contexts(*self._previous(len(self.context))):
             after_h, after_c, seen, distinct = self._followers(context)
             if seen:
@@ -260,7 +285,10 @@ class WordCache:
 
     @property
     def nbytes(self) -> int:
-        """A rough size for the session cache's memory bound (Python objects per word)."""
-        words = len(self._sorted) + sum(len(s) for s in self.history) + len(self.context)
-        pairs = sum(len(c) for c in self._history.after.values())
-        return 120 * words + 200 * pairs
+        """A rough size for the session cache's memory bound (Python objects per word),
+        recounted only after an edit (sessions are measured at every keystroke)."""
+        if self._measured[0] != self.version:
+            words = len(self._sorted) + sum(len(s) for s in self.history) + len(self.context)
+            pairs = sum(len(c) for c in self._history.after.values())
+            self._measured = (self.version, 120 * words + 200 * pairs)
+        return self._measured[1]

@@ -152,7 +152,7 @@ class Completer:
             return None
         cache = session.cache
         if cache is None:
-            cache = session.cache = WordCache(self.limits.cache)
+            cache = session.cache = WordCache(self.limits.cache, word_id=self._word_id)
         if edit.cache_weight is not None:
             cache.weight = edit.cache_weight
         if edit.user_words is not None:
@@ -253,7 +253,6 @@ class Completer:
                     cache=cache,
                     prefix=prefix,
                     words=words,
-                    word_id=self._word_id,
                     excluded=self._special_words,
                 )
             return [(words[i], lp) for i, lp in top_k_words(log_probs, ids, k)]
