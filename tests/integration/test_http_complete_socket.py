@@ -248,3 +248,17 @@ def test_the_token_in_the_url_or_a_header_is_accepted(
     with _socket(token_server, query, **headers) as ws:
         answer = _ask(ws, {"model": MODEL, "k": 3, "partialWord": "th", "sequence": 1})
     assert [c["word"][:2] for c in answer["completions"]] == ["th"] * 3
+
+
+def test_the_socket_carries_the_adaptive_fields(server: BackgroundServer) -> None:
+    """userWords, history and cacheWeight in proto3 JSON, as the page and other clients send."""
+    with _socket(server) as ws:
+        opened = {"model": MODEL, "k": 3, "partialWord": "zorb", "sequence": "1"}
+        answer = _ask(ws, opened | {"userWords": {"tokens": ["zorblax"]}})
+        assert [c["word"] for c in answer["completions"]] == ["zorblax"]
+        history = {"sentences": [{"tokens": ["and", "zorblax", "came"]}]}
+        rebuilt = _ask(
+            ws,
+            {"k": 3, "partialWord": "zorb", "sequence": "2", "history": history, "cacheWeight": 0},
+        )
+        assert rebuilt.get("completions", []) == []  # weight 0: the model alone
