@@ -285,3 +285,18 @@ def test_complete_and_rerank_speak_words(stub: Stub, name: str) -> None:
     for i, score in enumerate(scores):
         assert by_index[i].lm_log_prob == pytest.approx(score.log_prob, abs=1e-9)
     assert ranked.hypotheses[0].index == 0  # the corpus order wins
+
+
+@pytest.mark.parametrize("name", ["char-5gram", "bpe-3gram"])
+def test_piece_models_bias_on_words_and_refuse_user_words(stub: Stub, name: str) -> None:
+    """Biasing matches words whatever the tokens; user words need a word-level model."""
+    bias = pb.BiasList(phrases=[pb.BiasPhrase(phrase="God said", boost=2.5)])
+    texts = ["and god said let there be light", "and god saw the light"]
+    results = stub.Score(pb.ScoreRequest(model=name, texts=texts, bias=bias)).results
+    assert [r.bias for r in results] == [2.5, 0.0]
+    assert results[0].biased_log_prob == pytest.approx(results[0].log_prob + 2.5)
+    request = pb.CompleteRequest(model=name, k=3, user_words=pb.TokenList(tokens=["zorblax"]))
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.Complete(iter([request]), timeout=30))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith("user_words")
