@@ -170,10 +170,10 @@ def test_typing_shows_the_grpc_suggestions_and_tab_accepts(
     shown = _answered(browser)
 
     with LmServeClient(lstm_server.address) as client, client.complete(LSTM, k=K) as session:
-        # The page's session as typed: the first sentence, then a new one (the "." ends it: a
-        # reset, and the sentence joins the session's history, which its cache counts). The
-        # page commits a word when a space follows it, so "earth", ended by the ".", is not.
-        session.type("In the beginning God created the heaven and the ")
+        # The page's session as typed: the first sentence, then a new one (the "." ends it:
+        # its last word is committed, then a reset, and the whole sentence joins the session's
+        # history, which its cache counts).
+        session.type(first.strip() + " ")
         session.reset()
         expected = [c.word for c in session.type("and god sa")]
         assert shown == expected and len(shown) == K and all(w.startswith("sa") for w in shown)

@@ -6,8 +6,9 @@
 // with the groups: the groups that no longer match are rolled back (`rollbackTokens`, or
 // `reset` when none is left), the new whole words appended (`appendText`), and the word being
 // typed is the `partialWord`. On a new socket the first message carries the model, the
-// session id and the whole committed context (`context.tokens`), so a restarted server or
-// another replica rebuilds the session.
+// session id, the whole committed context (`context.tokens`) and the finished sentences
+// (`history`), so a restarted server or another replica rebuilds the session and its cache. A
+// sentence end commits the sentence's last word before the reset that starts the next one.
 "use strict";
 
 (() => {
@@ -49,6 +50,7 @@
   let sentAt = new Map(); // sequence -> performance.now() when sent
   let lastKey = null; // what the last message asked (words, partial, k)
   let waiting = false; // a rollback waits for the tokens of words not answered yet
+  let closedAt = 0; // where the sentence whose last words were committed ended
   let suggestions = [];
   let highlight = 0;
   let dismissed = false;
@@ -95,11 +97,23 @@
     const caret = editor.selectionEnd;
     const before = editor.value.slice(0, caret);
     const ends = before.match(/^[\s\S]*[.!?\n]/);
-    const sentence = before.slice(ends ? ends[0].length : 0);
+    const start = ends ? ends[0].length : 0;
+    const sentence = before.slice(start);
     const partial = sentence.match(/\S*$/)[0];
     const head = sentence.slice(0, sentence.length - partial.length);
     const words = head.split(/\s+/).filter(Boolean);
-    return { words, partial, caret, partialStart: caret - partial.length };
+    // The sentence the last end mark closed: its words, and where it ended.
+    const closed = ends ? ends[0].slice(0, -1) : "";
+    const closedStart = closed.match(/^[\s\S]*[.!?\n]/);
+    const previous = closed.slice(closedStart ? closedStart[0].length : 0).split(/\s+/);
+    return {
+      words,
+      partial,
+      caret,
+      partialStart: caret - partial.length,
+      closedAt: start,
+      previous: previous.filter(Boolean),
+    };
   }
 
   function currentK() {
@@ -142,6 +156,7 @@
       waiting = true;
       return;
     }
+    if (commitClosedSentence(now, keep, k)) return;
     sequence += 1;
     const message = { sequence, k, partialWord: now.partial };
     if (opening) {
@@ -174,6 +189,33 @@
     editor.dataset.sent = String(sequence);
     sentAt.set(sequence, performance.now());
     socket.send(JSON.stringify(message));
+  }
+
+  // A sentence end (".", "!", "?", a new line) closes the sentence being typed: its last word,
+  // never followed by a space, is appended first, and the reset that starts the next sentence
+  // waits for its tokens, so the whole sentence joins the session's history (its cache).
+  function commitClosedSentence(now, keep, k) {
+    if (opening || keep > 0 || now.closedAt === closedAt) return false;
+    closedAt = now.closedAt;
+    const held = groups.flatMap((group) => group.words);
+    const finished = now.previous;
+    if (finished.length <= held.length || !held.every((word, i) => finished[i] === word)) {
+      return false;
+    }
+    if (groups.some((group) => group.tokens === null)) {
+      waiting = true;
+      closedAt = -1; // looked at again once the tokens are back
+      return true;
+    }
+    sequence += 1;
+    const group = { words: finished.slice(held.length), tokens: null };
+    groups.push(group);
+    pendingGroups.set(sequence, group);
+    waiting = true; // the reset is sent when this answer brings the tokens
+    lastKey = null;
+    sentAt.set(sequence, performance.now());
+    socket.send(JSON.stringify({ sequence, k, partialWord: "", appendText: group.words.join(" ") }));
+    return true;
   }
 
   function answered(data) {
@@ -274,6 +316,7 @@
     groups = [];
     sessionId = "";
     history = [];
+    closedAt = 0;
     suggestions = [];
     render();
     connect();
