@@ -204,3 +204,23 @@ def test_cli_rerank_bias_file(
     with pytest.raises(SystemExit):
         main([*argv, "--bias", str(phrases)])
     assert "bias.txt:1: the boost after the TAB must be a number" in capsys.readouterr().err
+
+
+def test_cli_score_bias_file(
+    server: BackgroundServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lmserve.server.cli import main
+
+    phrases = tmp_path / "bias.txt"
+    phrases.write_text("king of babylon\nnebuchadnezzar\t4\n")
+    texts = ["the king of babylon came", "and god said"]
+    argv = ["score", "--target", server.address, "--model", "kjv3", *texts, "--bias", str(phrases)]
+    assert main([*argv, "--bias-boost", "1.5", "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["bias"] for r in records] == [1.5, 0.0]
+    assert [r["bias_phrases"] for r in records] == [[0], []]
+    for r in records:
+        assert r["biased_log_prob"] == pytest.approx(r["log_prob"] + r["bias"])
+    assert main([*argv, "--bias-boost", "1.5"]) == 0
+    first = capsys.readouterr().out.splitlines()[0].split("\t")
+    assert float(first[1]) == pytest.approx(float(first[0]) + 1.5, abs=1e-5)

@@ -1,7 +1,8 @@
 """`lmserve score`: score texts on a running server, one output line per text.
 
 Each line is `LOG_PROB<TAB>TOKENS<TAB>OOVS<TAB>TEXT`: the total log-probability in nats (`</s>`
-included unless --no-eos), the scored token count and the OOV count. `--tokens` adds one indented
+included unless --no-eos), the scored token count and the OOV count; with `--bias FILE` the
+biased total (`LOG_PROB + bias`) follows LOG_PROB. `--tokens` adds one indented
 line per token (token, log-prob in nats, matched n-gram length, OOV mark); `--json` prints one JSON
 object per text instead (JSON Lines).
 """
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from lmserve.client.commands._bias_args import add_bias_arguments, bias_arguments
 from lmserve.client.commands._common import (
     add_connection_arguments,
     fail,
@@ -48,16 +50,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=500,
         help="texts per Score request when reading a file (default 500)",
     )
+    add_bias_arguments(parser)
     add_connection_arguments(parser)
 
 
-def _to_json(text: str, result: TextScore) -> dict[str, Any]:
+def _to_json(text: str, result: TextScore, biased: bool = False) -> dict[str, Any]:
     data: dict[str, Any] = {
         "text": text,
         "log_prob": result.log_prob,
         "token_count": result.token_count,
         "oov_count": result.oov_count,
     }
+    if biased:
+        data["bias"] = result.bias
+        data["biased_log_prob"] = result.biased_log_prob
+        data["bias_phrases"] = list(result.bias_phrases)
     if result.tokens is not None:
         data["tokens"] = [
             {
@@ -72,8 +79,9 @@ def _to_json(text: str, result: TextScore) -> dict[str, Any]:
     return data
 
 
-def _to_lines(text: str, result: TextScore) -> str:
-    lines = [f"{result.log_prob:.6f}\t{result.token_count}\t{result.oov_count}\t{text}"]
+def _to_lines(text: str, result: TextScore, biased: bool) -> str:
+    bias = f"\t{result.biased_log_prob:.6f}" if biased else ""
+    lines = [f"{result.log_prob:.6f}{bias}\t{result.token_count}\t{result.oov_count}\t{text}"]
     for t in result.tokens or ():
         n = "" if t.ngram_length is None else f"\t{t.ngram_length}-gram"
         lines.append(f"\t{t.token}\t{t.log_prob:.6f}{n}" + ("\tOOV" if t.oov else ""))
@@ -97,10 +105,14 @@ def run(args: argparse.Namespace) -> int:
                     bos=not args.no_bos,
                     eos=not args.no_eos,
                     return_tokens=args.tokens,
+                    **bias_arguments(args),
                 )
+                biased = args.bias is not None
                 for text, result in zip(batch, results, strict=True):
                     out = (
-                        json.dumps(_to_json(text, result)) if args.json else _to_lines(text, result)
+                        json.dumps(_to_json(text, result, biased))
+                        if args.json
+                        else _to_lines(text, result, biased)
                     )
                     sys.stdout.write(out + "\n")
         finally:
