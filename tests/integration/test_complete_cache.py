@@ -134,7 +134,7 @@ def reference(
     users = set(user_words)
     p_cache = cache_reference(_kept(history), context, users, USER_COUNT)
     counted = {w for s in [*_kept(history), context] for w in s}
-    mass = len(counted) + len(users)
+    adapts = weight > 0 and bool(counted or users)  # an empty cache leaves the model alone
     words = {w for i, w in enumerate(vocab.words) if i not in specials} | counted | users
     out = {}
     for word in words:
@@ -142,7 +142,7 @@ def reference(
             continue
         i = vocab.index.get(word)
         p_base = math.exp(float(log_probs[i])) if i is not None and i not in specials else 0.0
-        p = (1 - weight) * p_base + weight * p_cache(word) if mass and weight else p_base
+        p = (1 - weight) * p_base + weight * p_cache(word) if adapts else p_base
         if p > 0:
             out[word] = math.log(p)
     return out

@@ -183,11 +183,9 @@ class _SyncStream:
         self._call.cancel()
 
 
-class CompletionSession:
-    """A user typing into one autocomplete session; see the module docstring.
-
-    Every method sends one message and returns the answer's completions, best first. Not
-    thread-safe: one session per typist."""
+class _Session:
+    """What the sync and asyncio sessions share: the session as the client keeps it
+    (`_Keystrokes`) and its read-only views."""
 
     def __init__(
         self,
@@ -201,7 +199,6 @@ class CompletionSession:
     ) -> None:
         self._method = method
         self._keys = _Keystrokes(model, k, session_id, user_words, cache_weight)
-        self._stream: _SyncStream | None = None
 
     @property
     def session_id(self) -> str:
@@ -222,6 +219,15 @@ class CompletionSession:
     def partial(self) -> str:
         """The word being typed."""
         return self._keys.partial
+
+
+class CompletionSession(_Session):
+    """A user typing into one autocomplete session; see the module docstring.
+
+    Every method sends one message and returns the answer's completions, best first. Not
+    thread-safe: one session per typist."""
+
+    _stream: _SyncStream | None = None
 
     def _send(self, edit: _Edit) -> list[Completion]:
         try:
@@ -280,38 +286,10 @@ class CompletionSession:
         self.close()
 
 
-class AsyncCompletionSession:
+class AsyncCompletionSession(_Session):
     """`CompletionSession` for asyncio: the same methods, awaited."""
 
-    def __init__(
-        self,
-        method: Callable[..., Any],
-        model: str,
-        *,
-        k: int = 3,
-        session_id: str | None = None,
-        user_words: Sequence[str] | None = None,
-        cache_weight: float | None = None,
-    ) -> None:
-        self._method = method
-        self._keys = _Keystrokes(model, k, session_id, user_words, cache_weight)
-        self._call: Any = None
-
-    @property
-    def session_id(self) -> str:
-        return self._keys.session_id
-
-    @property
-    def context(self) -> tuple[str, ...]:
-        return tuple(self._keys.context)
-
-    @property
-    def history(self) -> tuple[tuple[str, ...], ...]:
-        return tuple(tuple(s) for s in self._keys.history)
-
-    @property
-    def partial(self) -> str:
-        return self._keys.partial
+    _call: Any = None
 
     async def _ask(self, edit: _Edit) -> pb.CompleteResponse:
         if self._call is None:

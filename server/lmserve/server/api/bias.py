@@ -1,8 +1,8 @@
 """The `bias` field of Score and Rerank requests: checked, split by the model's tokenizer and
-compiled once (per request, or once per stream).
+compiled once per call (a unary call, or a whole ScoreStream / RerankStream).
 
-    bias = request_bias(request, served, limits)       # PhraseBias, or None without a list
-    stream = StreamBias(); bias = stream.bias(request, served, limits)   # ScoreStream, RerankStream
+    in_force = StreamBias()                           # one per call
+    bias = in_force.bias(request, served, limits)     # PhraseBias, or None: no list yet
 
 A phrase with no words under the model's tokenizer, a boost that is not finite, a phrase with
 no boost where the list sets none, a repeated phrase, or more phrases than `max_bias_phrases`
@@ -54,18 +54,9 @@ def compile_bias(message: pb.BiasList, served: ServedModel, limits: RequestLimit
     return PhraseBias(phrases)
 
 
-def request_bias(
-    request: pb.ScoreRequest | pb.RerankRequest, served: ServedModel, limits: RequestLimits
-) -> PhraseBias | None:
-    """The request's own bias list, compiled; None when it sets none."""
-    if not request.HasField("bias"):
-        return None
-    return compile_bias(request.bias, served, limits)
-
-
 class StreamBias:
-    """A stream's bias list: a message's own, else the last one a message of the stream set
-    (compiled once per model, not once per message)."""
+    """The bias list in force for a call: a message's own, else the last one a message of the
+    call set (compiled once per model, not once per message); a unary call has one message."""
 
     def __init__(self) -> None:
         self._message: pb.BiasList | None = None

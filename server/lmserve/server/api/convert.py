@@ -146,14 +146,6 @@ def score_response(
     fast as building a list of TextScore messages and copying it in. With a bias list's
     matches (one per text) each result also gets its bias and biased total."""
     response = pb.ScoreResponse(model=model)
-    if bias is not None:
-        for k, found in enumerate(bias):
-            result = score_response_text(scored, k)
-            result.bias = found.boost
-            result.biased_log_prob = result.log_prob + found.boost
-            result.bias_phrases.extend(found.phrases)
-            response.results.append(result)
-        return response
     add = response.results.add
     totals = zip(
         scored.log_probs.tolist(),
@@ -164,22 +156,15 @@ def score_response(
     if scored.details is None:
         for lp, n, o in totals:
             add(log_prob=lp, token_count=n, oov_count=o)
-        return response
-    for (lp, n, o), d in zip(totals, scored.details, strict=True):
-        add(log_prob=lp, token_count=n, oov_count=o, details=token_details(d))
+    else:
+        for (lp, n, o), d in zip(totals, scored.details, strict=True):
+            add(log_prob=lp, token_count=n, oov_count=o, details=token_details(d))
+    if bias is not None:
+        for result, found in zip(response.results, bias, strict=True):
+            result.bias = found.boost
+            result.biased_log_prob = result.log_prob + found.boost
+            result.bias_phrases.extend(found.phrases)
     return response
-
-
-def score_response_text(scored: ScoredTexts, k: int) -> pb.TextScore:
-    """Text k's TextScore (with its details when they were computed)."""
-    result = pb.TextScore(
-        log_prob=float(scored.log_probs[k]),
-        token_count=int(scored.token_counts[k]),
-        oov_count=int(scored.oov_counts[k]),
-    )
-    if scored.details is not None:
-        result.details.CopyFrom(token_details(scored.details[k]))
-    return result
 
 
 def token_details(details: TokenDetails) -> pb.TokenDetails:

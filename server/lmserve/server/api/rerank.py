@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from lmserve.server.api.bias import StreamBias, request_bias
+from lmserve.server.api.bias import StreamBias
 from lmserve.server.api.model_use import use_model
 from lmserve.server.api.validation import check_no_empty_token, check_text_bytes, validate_options
 from lmserve.server.decoding.params import finite
@@ -115,7 +115,7 @@ async def rerank(
     """One Rerank request, checked, scored and answered (lists in request order). On
     RerankStream, `stream_bias` holds the stream's bias list for messages that send none."""
     with use_model(models, request.model) as served:
-        return await _rerank(served, limits, request, deadline, stream_bias)
+        return await _rerank(served, limits, request, deadline, stream_bias or StreamBias())
 
 
 async def _rerank(
@@ -123,15 +123,12 @@ async def _rerank(
     limits: RequestLimits,
     request: pb.RerankRequest,
     deadline: float | None,
-    stream_bias: StreamBias | None,
+    stream_bias: StreamBias,
 ) -> pb.RerankResponse:
     weights = rerank_weights(request)
     options = validate_options(request)
     lists = _hypotheses(request, limits)
-    if stream_bias is not None:
-        bias = stream_bias.bias(request, served, limits)
-    else:
-        bias = request_bias(request, served, limits)
+    bias = stream_bias.bias(request, served, limits)
     result = await rerank_lists(served, lists, weights, options, deadline, bias)
     response = pb.RerankResponse(
         model=served.name,

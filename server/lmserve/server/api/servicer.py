@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from lmserve.server.api import convert, generation
-from lmserve.server.api.bias import StreamBias, request_bias
+from lmserve.server.api.bias import StreamBias
 from lmserve.server.api.complete import complete_stream
 from lmserve.server.api.interceptors import note_model
 from lmserve.server.api.model_use import same_model, use_model
@@ -109,10 +109,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         with use_model(self._models, request.model) as served:
             batch = validate_batch(request, limits)
             options = validate_options(request)
-            if stream_bias is not None:
-                bias = stream_bias.bias(request, served, limits)
-            else:
-                bias = request_bias(request, served, limits)
+            bias = (stream_bias or StreamBias()).bias(request, served, limits)
             scored = await served.score(
                 batch, options, details=request.return_tokens, deadline=deadline
             )

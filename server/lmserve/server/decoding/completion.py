@@ -185,7 +185,7 @@ def _cache_table(
     inside = ids >= 0
     p_base = np.zeros(len(words))
     p_base[inside] = np.exp(np.asarray(log_probs, dtype=np.float64)[ids[inside]])
-    mixed = (1.0 - weight) * p_base + weight * cache.probability_array()
+    mixed = (1.0 - weight) * p_base + weight * cache.probabilities()
     with np.errstate(divide="ignore"):
         log_mixed = np.log(mixed)
     for word in excluded:

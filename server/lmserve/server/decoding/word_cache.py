@@ -5,7 +5,7 @@ mixed with the base model's next-word distribution for autocomplete.
     cache.set_user_words(["zorblax"])
     cache.commit(["in", "the", "beginning"])    # a finished sentence joins the history
     cache.extend(["and", "the"])                # the sentence being typed
-    cache.probabilities(["beginning"])          # [P_cache(word | "and the")], see below
+    cache.probabilities()                       # P_cache(w | "and the") for w in cache.words
 
 The cache counts the words of the session's document: its finished sentences (the history,
 the last `history_words` of them, whole sentences) and the sentence being typed (the context),
@@ -63,19 +63,15 @@ def _contexts(previous2: str, previous: str) -> tuple[tuple[str], tuple[str, str
 
 
 class _Counts:
-    """Unigram counts and the words seen after each one- and two-word context, of some
-    sentences (each read from `<s>`)."""
+    """The words seen after each one- and two-word context, and how many words, of some
+    sentences (each read from `<s>`); the unigram counts are the cache's own (`_counts`)."""
 
     def __init__(self) -> None:
-        self.unigrams: Counter[str] = Counter()
         self.after: dict[tuple[str, ...], Counter[str]] = {}
         self.total = 0
 
     def add(self, previous2: str, previous: str, word: str, sign: int = 1) -> None:
-        self.unigrams[word] += sign
         self.total += sign
-        if not self.unigrams[word]:
-            del self.unigrams[word]
         for context in _contexts(previous2, previous):
             following = self.after.setdefault(context, Counter())
             following[word] += sign
@@ -217,11 +213,6 @@ class WordCache:
         """Whether the cache changes anything: a weight, and words or user words."""
         return self.weight > 0.0 and bool(self._sorted)
 
-    def words_with_prefix(self, prefix: str) -> list[str]:
-        """The cache's distinct words (user words included) that start with `prefix`."""
-        start, end = self.prefix_range(prefix)
-        return self._sorted[start:end]
-
     @property
     def words(self) -> list[str]:
         """The cache's distinct words, sorted (do not modify)."""
@@ -239,26 +230,8 @@ class WordCache:
         end = bisect.bisect_left(words, prefix + "\U0010ffff") if prefix else len(words)
         return start, end
 
-    def probabilities(self, words: Sequence[str]) -> list[float]:
-        """P_cache(word | the context's last two words) of each of `words`."""
-        user = self.config.user_word_count
-        mass = self._history.total + self._context.total + user * len(self.user_words)
-        if mass <= 0:
-            return [0.0] * len(words)
-        bigram, trigram = _contexts(*self._previous(len(self.context)))
-        uni_h, uni_c, users = self._history.unigrams, self._context.unigrams, self.user_words
-        levels = [self._followers(bigram), self._followers(trigram)]
-        out = []
-        for word in words:
-            p = (uni_h[word] + uni_c[word] + (user if word in users else 0.0)) / mass
-            for after_h, after_c, seen, distinct in levels:
-                if seen:  # Witten-Bell: back off by the share of new words after the context
-                    p = (after_h[word] + after_c[word] + distinct * p) / (seen + distinct)
-            out.append(p)
-        return out
-
-    def probability_array(self) -> npt.NDArray[np.float64]:
-        """`probabilities(words)` for all the cache's words at once (aligned with `words`),
+    def probabilities(self) -> npt.NDArray[np.float64]:
+        """P_cache(word | the context's last two words) of every word of `words` (aligned),
         vectorised: every word gets the unigram, then each context level rescales all of them
         by its back-off share and adds its few followers' counts."""
         words = self._sorted
