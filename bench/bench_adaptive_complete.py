@@ -88,22 +88,19 @@ def documents(split: str, count: int, verses: int) -> list[list[str]]:
 
 def savings(target: str, model: str, docs: list[list[str]], weight: float, k: int) -> None:
     from lmserve.client import LmServeClient
-    from lmserve.client.savings import type_sentence
+    from lmserve.client.savings import keystroke_savings
 
-    keys = characters = words = accepted = 0
     started = time.perf_counter()
     with LmServeClient(target) as client:
-        for doc in docs:
+        per_doc = []
+        for doc in docs:  # one session a document (SessionSuggest resets between verses)
             with client.complete(model, k=k, cache_weight=weight) as session:
-                suggest = SessionSuggest(session)
-                for verse in doc:
-                    split = verse.split()
-                    verse_keys, verse_accepted = type_sentence(split, suggest, k)
-                    keys += verse_keys
-                    accepted += verse_accepted
-                    characters += len(" ".join(split))
-                    words += len(split)
+                per_doc.append(keystroke_savings(doc, SessionSuggest(session), k))
     seconds = time.perf_counter() - started
+    keys = sum(s.keys for s in per_doc)
+    characters = sum(s.characters for s in per_doc)
+    words = sum(s.words for s in per_doc)
+    accepted = sum(s.accepted for s in per_doc)
     emit(
         record(
             f"adaptive_savings_{model}_w{weight:g}",
