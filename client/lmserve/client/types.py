@@ -171,6 +171,9 @@ class Provenance:
     trained_by: str
     created: str
     metrics: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # A brought model's origin and its parity figures (empty for the project's own models).
+    source: str = ""
+    parity: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +250,8 @@ class ModelInfo:
                 trained_by=msg.provenance.trained_by,
                 created=msg.provenance.created,
                 metrics=MappingProxyType(dict(msg.provenance.metrics)),
+                source=msg.provenance.source,
+                parity=MappingProxyType(dict(msg.provenance.parity)),
             ),
             load_error=msg.load_error,
             description=msg.description,

@@ -143,8 +143,15 @@ class ModelCapabilities(_message.Message):
     def __init__(self, score: _Optional[bool] = ..., perplexity: _Optional[bool] = ..., generate: _Optional[bool] = ..., beam_search: _Optional[bool] = ..., rerank: _Optional[bool] = ..., complete: _Optional[bool] = ..., next_token_distribution: _Optional[bool] = ...) -> None: ...
 
 class Provenance(_message.Message):
-    __slots__ = ("training_corpus", "trained_by", "created", "metrics")
+    __slots__ = ("training_corpus", "trained_by", "created", "metrics", "source", "parity")
     class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class ParityEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -155,11 +162,15 @@ class Provenance(_message.Message):
     TRAINED_BY_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PARITY_FIELD_NUMBER: _ClassVar[int]
     training_corpus: str
     trained_by: str
     created: str
     metrics: _containers.ScalarMap[str, float]
-    def __init__(self, training_corpus: _Optional[str] = ..., trained_by: _Optional[str] = ..., created: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    source: str
+    parity: _containers.ScalarMap[str, float]
+    def __init__(self, training_corpus: _Optional[str] = ..., trained_by: _Optional[str] = ..., created: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., source: _Optional[str] = ..., parity: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
     __slots__ = ("name", "version", "kind", "format", "order", "num_layers", "hidden_size", "embedding_size", "vocab_size", "tokenizer", "special_tokens", "capabilities", "provenance", "state", "load_error", "description", "ngram_storage")

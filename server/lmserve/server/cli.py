@@ -23,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "train-neural": "lmserve.export.rnn.command",
     "interpolate": "lmserve.export.interpolate_command",
     "export-rnn": "lmserve.export.rnn.export_command",
+    "import-onnx": "lmserve.export.custom.import_onnx_command",
+    "import-torchscript": "lmserve.export.custom.import_torchscript_command",
 }
 
 

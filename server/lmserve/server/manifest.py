@@ -107,6 +107,10 @@ class Provenance(_Strict):
     created: str | None = None
     # Measured figures, e.g. test_perplexity (natural log, </s> counted).
     metrics: dict[str, float] = Field(default_factory=dict)
+    # A model brought from outside: what it was written from, and how closely the folder's
+    # graphs reproduce it (lmserve.export.custom measures both).
+    source: str | None = None
+    parity: dict[str, float] = Field(default_factory=dict)
 
 
 class ModelManifest(_Strict):

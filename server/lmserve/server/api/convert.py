@@ -116,6 +116,8 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
             trained_by=prov.trained_by or "",
             created=prov.created or "",
             metrics=prov.metrics,
+            source=prov.source or "",
+            parity=prov.parity,
         )
     )
     return info

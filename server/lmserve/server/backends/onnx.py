@@ -120,17 +120,21 @@ class OnnxBackend(RecurrentBackend):
         spec = RecurrentSpec.from_architecture(manifest.architecture, str(folder / "model.yaml"))
         vocab = read_vocab(manifest.file_path(folder, "vocab"), spec, manifest.special_tokens)
         state_inputs = list(spec.state_names)
+        # Each state output's last axis, checked where it is not the batch (a [1, batch] state).
+        state_outputs = {
+            f"{s.name}_out": s.shape[-1] if s.shape[-1] > 0 else None for s in spec.layouts
+        }
         score = _session(
             manifest.file_path(folder, "score"),
             options,
             ["tokens", "targets", *state_inputs],
-            {"token_log_probs": None, **{f"{s}_out": spec.state_size for s in state_inputs}},
+            {"token_log_probs": None, **state_outputs},
         )
         step = _session(
             manifest.file_path(folder, "step"),
             options,
             ["tokens", *state_inputs],
-            {"log_probs": spec.vocab_size, **{f"{s}_out": spec.state_size for s in state_inputs}},
+            {"log_probs": spec.vocab_size, **state_outputs},
         )
         return cls(spec, vocab, step, score, options.max_chunk_tokens, options.device_states)
 

@@ -3,7 +3,9 @@
 The feed-forward (Bengio) model is served here too: its state is the window of the last
 `order - 1` ids, int64 [1, batch, order - 1], filled with `<s>` at the start. Every state array
 has the batch on axis 1, whatever its dtype, so batching, splitting and reordering states
-(the steppers, the scheduler, beam search, Complete sessions) need not know the model.
+(the steppers, the scheduler, beam search, Complete sessions) need not know the model. A model
+brought from outside (`lmserve.export.custom`) lists its states in the manifest, any number,
+each with its own shape and dtype, already moved to that layout by the graphs it was written with.
 
 A subclass supplies two graph calls on numpy arrays, both state in, state out:
 
@@ -37,6 +39,63 @@ RecurrentState = tuple[npt.NDArray[Any], ...]
 TokenArray = npt.NDArray[np.int64]
 CELLS = ("rnn", "lstm", "gru", "ffnn")
 STATE_NAMES = {"lstm": ("h", "c"), "ffnn": ("window",)}
+STATE_DTYPES = ("float32", "int64")
+# The batch axis of every served state array, and how a manifest writes it in a shape.
+BATCH_AXIS = 1
+BATCH = "batch"
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """One state array as the server carries it: batch on axis 1, the other axes fixed.
+
+    `initial` is what a text starts from: "zeros", or "bos" (every entry the `<s>` id: a window
+    of previous ids). A model brought from elsewhere (`lmserve.export.custom`) lists its states
+    in the manifest (`architecture.states`); this project's own cells derive theirs.
+    """
+
+    name: str
+    shape: tuple[int, ...]  # the served shape with the batch axis (1) written as -1
+    dtype: str = "float32"
+    initial: str = "zeros"
+
+    def shape_for(self, batch: int) -> tuple[int, ...]:
+        return tuple(batch if i == BATCH_AXIS else n for i, n in enumerate(self.shape))
+
+    def zeros(self, batch: int, bos_id: int) -> npt.NDArray[Any]:
+        fill = bos_id if self.initial == "bos" else 0
+        return np.full(self.shape_for(batch), fill, dtype=self.dtype)
+
+    @classmethod
+    def from_manifest(cls, raw: Any, where: str) -> StateLayout:
+        """`{name, shape: [n, batch, ...], dtype, initial}`, refused with the entry named."""
+        try:
+            name = str(raw["name"])
+            dims = list(raw["shape"])
+            dtype = str(raw.get("dtype", "float32"))
+            initial = str(raw.get("initial", "bos" if dtype == "int64" else "zeros"))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ModelLoadError(
+                where, f"architecture.states: each entry needs a name and a shape ({exc!r})"
+            ) from exc
+        if len(dims) < 2 or dims[BATCH_AXIS] != BATCH or dims.count(BATCH) != 1:
+            raise ModelLoadError(
+                where, f"architecture.states {name!r}: shape {dims} must have 'batch' at axis 1"
+            )
+        if any(not isinstance(d, int) or d <= 0 for i, d in enumerate(dims) if i != BATCH_AXIS):
+            raise ModelLoadError(
+                where, f"architecture.states {name!r}: shape {dims}: sizes must be positive ints"
+            )
+        if dtype not in STATE_DTYPES:
+            raise ModelLoadError(
+                where, f"architecture.states {name!r}: dtype {dtype!r} is not one of {STATE_DTYPES}"
+            )
+        if initial not in ("zeros", "bos"):
+            raise ModelLoadError(
+                where, f"architecture.states {name!r}: initial {initial!r} is not zeros or bos"
+            )
+        shape = tuple(-1 if i == BATCH_AXIS else int(d) for i, d in enumerate(dims))
+        return cls(name, shape, dtype, initial)
 
 
 @dataclass(frozen=True)
@@ -54,6 +113,23 @@ class RecurrentSpec:
     num_layers: int
     state_names: tuple[str, ...]
     order: int | None = None  # feed-forward models only
+    # Listed in the manifest for a brought model; else derived from the cell (`layouts`).
+    states: tuple[StateLayout, ...] | None = None
+
+    @property
+    def layouts(self) -> tuple[StateLayout, ...]:
+        """Every state array's layout, in the graphs' order."""
+        if self.states is not None:
+            return self.states
+        if self.window:
+            return (StateLayout("window", (1, -1, self.state_size), "int64", "bos"),)
+        shape = (self.num_layers, -1, self.hidden_size)
+        return tuple(StateLayout(name, shape) for name in self.state_names)
+
+    @property
+    def brought(self) -> bool:
+        """Whether the model came from outside this project's trainer (its states listed)."""
+        return self.states is not None
 
     @property
     def window(self) -> bool:
@@ -70,6 +146,8 @@ class RecurrentSpec:
 
     @classmethod
     def from_architecture(cls, arch: dict[str, Any], where: str) -> RecurrentSpec:
+        if "states" in arch:
+            return cls._brought(arch, where)
         try:
             cell = str(arch["cell"]).lower()
             vocab_size, hidden = int(arch["vocab_size"]), int(arch["hidden_size"])
@@ -97,6 +175,29 @@ class RecurrentSpec:
             if order < 2:
                 raise ModelLoadError(where, f"architecture.order {order}: 2 or more is needed")
         return cls(cell, vocab_size, hidden, layers, names, order)
+
+    @classmethod
+    def _brought(cls, arch: dict[str, Any], where: str) -> RecurrentSpec:
+        """A model written by `lmserve.export.custom`: its states are listed, any shapes."""
+        cell = str(arch.get("cell", "rnn")).lower()
+        if cell not in CELLS:
+            raise ModelLoadError(where, f"architecture.cell {cell!r} is not one of {CELLS}")
+        try:
+            vocab_size = int(arch["vocab_size"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelLoadError(where, f"architecture needs a vocab_size: {exc!r}") from exc
+        raw = arch["states"]
+        if not isinstance(raw, list) or not raw:
+            raise ModelLoadError(where, "architecture.states must list at least one state")
+        states = tuple(StateLayout.from_manifest(entry, where) for entry in raw)
+        names = tuple(s.name for s in states)
+        if len(set(names)) != len(names):
+            raise ModelLoadError(where, f"architecture.states repeats a name: {list(names)}")
+        if vocab_size <= 0:
+            raise ModelLoadError(where, "architecture.vocab_size must be positive")
+        hidden = int(arch.get("hidden_size", 0) or 0)
+        layers = int(arch.get("num_layers", 0) or 0)
+        return cls(cell, vocab_size, hidden, layers, names, None, states)
 
 
 def read_vocab(path: Path, spec: RecurrentSpec, specials: Any) -> Vocabulary:
@@ -150,11 +251,9 @@ class RecurrentBackend(ABC):
     # -- the state-in/state-out contract -----------------------------------------------------
 
     def initial_state(self, batch: int) -> RecurrentState:
-        """The state a text starts from, before `<s>` is read: all zeros, or a window of `<s>`."""
-        shape = self.spec.state_shape(batch)
-        if self.spec.window:
-            return (np.full(shape, self._vocab.bos_id, dtype=np.int64),)
-        return tuple(np.zeros(shape, dtype=np.float32) for _ in self.spec.state_names)
+        """The state a text starts from, before `<s>` is read: zeros, or a window of `<s>`."""
+        bos = self._vocab.bos_id
+        return tuple(layout.zeros(batch, bos) for layout in self.spec.layouts)
 
     def step(
         self, tokens: npt.ArrayLike, state: RecurrentState

@@ -3,7 +3,9 @@
     backend = TorchScriptBackend.load(folder, manifest, max_chunk_tokens=256)
 
 The module has `step(tokens, h, c)` and `score(tokens, targets, h, c)` returning (log-probs or
-gathered log-probs, h_out, c_out); `c` is an empty tensor for RNN/GRU. torch is imported here
+gathered log-probs, h_out, c_out); `c` is an empty tensor for RNN/GRU. A model brought from
+outside (`architecture.states` listed, see `lmserve.export.custom`) takes and returns its states
+one argument each instead: `step(tokens, *states) -> (log_probs, *states)`. torch is imported here
 only, when such a model loads, so an ONNX-only deployment runs without it. TorchScript is
 deprecated in torch 2.13 (torch.export replaces it); its load warning is silenced, nothing else.
 """
@@ -39,6 +41,7 @@ class TorchScriptBackend(RecurrentBackend):
         self._module = module
         self._lstm = spec.cell == "lstm"
         self._no_c = torch.empty(0)
+        self._flat_states = spec.brought
 
     @classmethod
     def load(
@@ -95,6 +98,8 @@ class TorchScriptBackend(RecurrentBackend):
     def _run_step(
         self, tokens: TokenArray, state: RecurrentState
     ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        if self._flat_states:
+            return self._run_flat(self._module.step, (tokens,), state)
         with self._torch.inference_mode():
             lp, h, c = self._module.step(self._torch.from_numpy(tokens), *self._state_args(state))
         return lp.numpy(), self._state_out(h, c)
@@ -102,9 +107,22 @@ class TorchScriptBackend(RecurrentBackend):
     def _run_score(
         self, tokens: TokenArray, targets: TokenArray, state: RecurrentState
     ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        if self._flat_states:
+            return self._run_flat(self._module.score, (tokens, targets), state)
         torch = self._torch
         with torch.inference_mode():
             lp, h, c = self._module.score(
                 torch.from_numpy(tokens), torch.from_numpy(targets), *self._state_args(state)
             )
         return lp.numpy(), self._state_out(h, c)
+
+    def _run_flat(
+        self, method: Any, inputs: tuple[TokenArray, ...], state: RecurrentState
+    ) -> tuple[npt.NDArray[np.float32], RecurrentState]:
+        """A brought model's method: every state its own argument and its own result."""
+        from_numpy = self._torch.from_numpy
+        args = [from_numpy(a) for a in inputs]
+        args += [from_numpy(np.ascontiguousarray(s)) for s in state]
+        with self._torch.inference_mode():
+            lp, *new_state = method(*args)
+        return lp.numpy(), tuple(s.numpy() for s in new_state)

@@ -1,0 +1,342 @@
+"""Writes a brought model's folder: checked, then moved into place whole.
+
+    export_module(module, "models/my-lstm", vocab=words, contract=contract)   # a torch module
+    import_onnx("lm.onnx", "models/my-gru", vocab="vocab.txt", contract=contract)
+    import_torchscript("lm.pt", "models/my-lm", vocab="vocab.txt", contract=contract)
+
+Each checks the model's contract (`checks.check_contract`), writes the served graphs, checks them
+against the model's own log-probabilities (`checks.check_parity`, 1e-4 nats), and only then
+renames the staged folder into place; the manifest records where the model came from and the
+parity figures (GetModel's `provenance.source` and `provenance.parity`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from lmserve.export.custom.checks import (
+    ParityFigures,
+    Reference,
+    ServedModel,
+    TeamModel,
+    check_contract,
+    check_parity,
+)
+from lmserve.export.custom.contract import ContractError, ModelContract
+from lmserve.export.custom.vocabulary import BroughtVocabulary, TokenizerName, read_vocabulary
+from lmserve.export.rnn.folder import check_writable
+from lmserve.server.manifest import (
+    FileEntry,
+    ModelFormat,
+    ModelKind,
+    ModelManifest,
+    Provenance,
+    read_manifest,
+    sha256_of,
+    verify_files,
+    write_manifest,
+)
+
+Cell = Literal["rnn", "lstm", "gru", "ffnn"]
+Format = Literal["onnx", "torchscript"]
+
+
+@dataclass(frozen=True)
+class BroughtModel:
+    """What was written: the folder, its manifest and the parity figures."""
+
+    folder: Path
+    manifest: ModelManifest
+    parity: ParityFigures
+
+
+@dataclass(frozen=True)
+class FolderRequest:
+    """Where and how to write (what every way in shares)."""
+
+    model_dir: Path
+    name: str | None = None
+    kind: Cell = "rnn"
+    description: str = ""
+    source: str = ""
+    created_by: str = ""
+    overwrite: bool = False
+    seed: int = 0
+
+
+def write_brought_folder(
+    request: FolderRequest,
+    team: TeamModel,
+    contract: ModelContract,
+    vocabulary: BroughtVocabulary,
+    fmt: Format,
+    write_graphs: Callable[[Path], dict[str, str]],
+) -> BroughtModel:
+    """Checks the contract, writes the graphs with `write_graphs(staging)`, checks parity, writes
+    the manifest, then renames the folder into place."""
+    vocab = vocabulary.vocab
+    reference = Reference(team, contract, len(vocab), vocab.bos_id)
+    rng = np.random.default_rng(request.seed)
+    chunk_carry = check_contract(reference, rng)
+    model_dir = request.model_dir
+    check_writable(model_dir, overwrite=request.overwrite)
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = model_dir.parent / f".{model_dir.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        files = vocabulary.write(staging)
+        files.update(write_graphs(staging))
+        parity = check_parity(reference, ServedModel(staging, contract, fmt), rng, chunk_carry)
+        manifest = ModelManifest(
+            name=request.name or model_dir.name,
+            kind=ModelKind(request.kind),
+            format=ModelFormat(fmt),
+            description=request.description,
+            files={k: FileEntry(path=p, sha256=sha256_of(staging / p)) for k, p in files.items()},
+            tokenizer=vocabulary.tokenizer,
+            special_tokens=vocabulary.specials,
+            architecture=architecture(contract, request.kind, len(vocab), fmt),
+            provenance=Provenance(
+                trained_by=request.created_by or None,
+                created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                source=request.source or None,
+                parity=parity.as_provenance(),
+            ),
+        )
+        write_manifest(staging, manifest)
+        verify_files(staging, read_manifest(staging))
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        staging.rename(model_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return BroughtModel(model_dir, manifest, parity)
+
+
+def architecture(contract: ModelContract, cell: str, vocab_size: int, fmt: str) -> dict[str, Any]:
+    """The manifest's block: served states (batch on axis 1) and the team's own layout."""
+    states = [
+        {
+            "name": s.name,
+            "shape": s.served_shape(),
+            "dtype": s.dtype,
+            "initial": s.start,
+            "team_shape": list(s.shape),
+        }
+        for s in contract.states
+    ]
+    names = contract.state_names
+    arch: dict[str, Any] = {
+        "cell": cell,
+        "vocab_size": vocab_size,
+        "states": states,
+        "scores": contract.scores,
+        "normalized_by_server_graph": contract.scores == "logits" or contract.normalize,
+    }
+    if fmt == "onnx":
+        arch |= {
+            "step_inputs": ["tokens", *names],
+            "step_outputs": ["log_probs", *[f"{n}_out" for n in names]],
+            "score_inputs": ["tokens", "targets", *names],
+            "score_outputs": ["token_log_probs", *[f"{n}_out" for n in names]],
+        }
+    else:
+        arch |= {"methods": ["step(tokens, *states)", "score(tokens, targets, *states)"]}
+    return arch
+
+
+def _command_line() -> str:
+    return " ".join(["lmserve", *sys.argv[1:]]) if sys.argv else "lmserve"
+
+
+def export_module(
+    module: Any,
+    model_dir: str | Path,
+    *,
+    vocab: Sequence[str] | str | Path,
+    contract: ModelContract,
+    kind: Cell = "rnn",
+    format: Format = "onnx",
+    name: str | None = None,
+    description: str = "",
+    tokenizer: TokenizerName = "word",
+    lowercase: bool = False,
+    pattern: str | None = None,
+    bos: str = "<s>",
+    eos: str = "</s>",
+    unk: str = "<unk>",
+    overwrite: bool = False,
+    opset: int = 17,
+) -> BroughtModel:
+    """Writes a model folder the server serves with every RPC, from a team's own torch module.
+
+    The module follows `lmserve.export.custom.contract`: `forward(tokens [B, T], *states) ->
+    (logits or log-probs [B, T, V], *new_states)`, its states described by `contract`
+    (names, shapes with "batch" where the batch goes, dtypes). `vocab` is its token list (id =
+    position), a `vocab.txt`, or a `tokenizer.json`. Raises `ContractError` naming the part of
+    the contract the module breaks, or the parity figure that failed (1e-4 nats).
+    """
+    import torch
+
+    from lmserve.export.custom.torch_graphs import ServedAdapter, export_onnx, export_torchscript
+
+    vocabulary = read_vocabulary(
+        vocab, tokenizer=tokenizer, lowercase=lowercase, pattern=pattern, bos=bos, eos=eos, unk=unk
+    )
+    if not isinstance(module, torch.nn.Module):
+        raise ContractError("module", f"expected a torch.nn.Module, got {type(module).__name__}")
+    was_training = module.training
+    module.eval()
+    adapter = ServedAdapter(module, contract).eval()
+    size, bos_id = len(vocabulary.tokens), vocabulary.vocab.bos_id
+
+    def write(staging: Path) -> dict[str, str]:
+        if format == "onnx":
+            return export_onnx(adapter, staging, size, bos_id, opset)
+        return export_torchscript(adapter, staging, size, bos_id)
+
+    request = FolderRequest(
+        Path(model_dir),
+        name=name,
+        kind=kind,
+        description=description,
+        source=f"python module {type(module).__module__}.{type(module).__qualname__}",
+        created_by="lmserve.export.export_module",
+        overwrite=overwrite,
+    )
+    try:
+        return write_brought_folder(
+            request, torch_team_model(adapter), contract, vocabulary, format, write
+        )
+    finally:
+        module.train(was_training)
+
+
+def torch_team_model(adapter: Any) -> TeamModel:
+    """The team's module (or TorchScript) called eagerly on numpy, on its own layouts."""
+    import torch
+
+    def call(tokens: np.ndarray, states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        with torch.no_grad():
+            scores, new = adapter.call_team(
+                torch.from_numpy(tokens),
+                [torch.from_numpy(np.ascontiguousarray(s)) for s in states],
+            )
+        return scores.detach().float().numpy(), [s.detach().numpy() for s in new]
+
+    return call
+
+
+def import_onnx(
+    onnx_file: str | Path,
+    model_dir: str | Path,
+    *,
+    vocab: Sequence[str] | str | Path,
+    contract: ModelContract,
+    kind: Cell = "rnn",
+    name: str | None = None,
+    description: str = "",
+    tokenizer: TokenizerName = "word",
+    lowercase: bool = False,
+    pattern: str | None = None,
+    bos: str = "<s>",
+    eos: str = "</s>",
+    unk: str = "<unk>",
+    overwrite: bool = False,
+) -> BroughtModel:
+    """A team's ONNX file as it is -> a served folder (its graph wrapped, see onnx_graphs)."""
+    from lmserve.export.custom.onnx_graphs import (
+        OnnxTeamModel,
+        inspect_graph,
+        load_graph,
+        wrap_graph,
+    )
+    from lmserve.export.custom.torch_graphs import write_graphs
+
+    vocabulary = read_vocabulary(
+        vocab, tokenizer=tokenizer, lowercase=lowercase, pattern=pattern, bos=bos, eos=eos, unk=unk
+    )
+    path = Path(onnx_file)
+    view = inspect_graph(load_graph(path), contract, len(vocabulary.tokens))
+    team = OnnxTeamModel(view, contract)
+
+    def write(staging: Path) -> dict[str, str]:
+        graphs = [wrap_graph(view, contract, graph) for graph in ("step", "score")]
+        return write_graphs(graphs, staging)
+
+    request = FolderRequest(
+        Path(model_dir),
+        name=name,
+        kind=kind,
+        description=description,
+        source=f"onnx {path.name} sha256:{sha256_of(path)}",
+        created_by=_command_line(),
+        overwrite=overwrite,
+    )
+    return write_brought_folder(request, team, contract, vocabulary, "onnx", write)
+
+
+def import_torchscript(
+    script_file: str | Path,
+    model_dir: str | Path,
+    *,
+    vocab: Sequence[str] | str | Path,
+    contract: ModelContract,
+    kind: Cell = "rnn",
+    name: str | None = None,
+    description: str = "",
+    tokenizer: TokenizerName = "word",
+    lowercase: bool = False,
+    pattern: str | None = None,
+    bos: str = "<s>",
+    eos: str = "</s>",
+    unk: str = "<unk>",
+    overwrite: bool = False,
+) -> BroughtModel:
+    """A team's TorchScript file (`torch.jit.save`) as it is -> a served folder: its code is
+    called, not rewritten, by the traced `model.ts` (step and score)."""
+    from lmserve.export.custom.torch_graphs import ServedAdapter, export_torchscript
+    from lmserve.export.rnn.to_torchscript import load_torchscript
+
+    vocabulary = read_vocabulary(
+        vocab, tokenizer=tokenizer, lowercase=lowercase, pattern=pattern, bos=bos, eos=eos, unk=unk
+    )
+    path = Path(script_file)
+    if not path.is_file():
+        raise ContractError("file", f"{path}: no such TorchScript file")
+    try:
+        module = load_torchscript(path)
+    except Exception as exc:  # torch's own errors for a file that is not TorchScript
+        raise ContractError(
+            "file", f"{path}: not a TorchScript file torch can load ({exc})"
+        ) from exc
+    adapter = ServedAdapter(module, contract).eval()
+    size, bos_id = len(vocabulary.tokens), vocabulary.vocab.bos_id
+    request = FolderRequest(
+        Path(model_dir),
+        name=name,
+        kind=kind,
+        description=description,
+        source=f"torchscript {path.name} sha256:{sha256_of(path)}",
+        created_by=_command_line(),
+        overwrite=overwrite,
+    )
+    return write_brought_folder(
+        request,
+        torch_team_model(adapter),
+        contract,
+        vocabulary,
+        "torchscript",
+        lambda staging: export_torchscript(adapter, staging, size, bos_id),
+    )

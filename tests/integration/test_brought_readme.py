@@ -1,0 +1,64 @@
+"""The README's bring-your-own-model example runs as written, and the folder it writes is
+served: its Score equals the example module's own log-probabilities."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import torch
+from prometheus_client import CollectorRegistry
+
+from lmserve.server.app import start_background_server
+from lmserve.server.settings import load_settings
+from lmserve.v1 import lm_service_pb2 as pb
+from lmserve.v1 import lm_service_pb2_grpc
+
+SECTION = "### Your own neural model"
+
+
+def _example(readme: str) -> str:
+    section = readme[readme.index(SECTION) :]
+    section = section[: section.index("\n### ", len(SECTION))]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1, "the section shows one Python example"
+    return blocks[0]
+
+
+def test_the_readme_example_writes_a_served_folder(
+    repo_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = _example((repo_root / "README.md").read_text(encoding="utf-8"))
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(code, "README.md", "exec"), scope)
+    printed = float(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0 <= printed <= 1e-4
+    model, words = scope["model"], scope["words"]
+    assert isinstance(model, torch.nn.Module) and isinstance(words, list)
+    settings = load_settings(
+        {"model_repository": tmp_path / "models", "host": "127.0.0.1", "port": 0,
+         "metrics_enabled": False}
+    )  # fmt: skip
+    server = start_background_server(settings, registry=CollectorRegistry())
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
+            text = "in the beginning god created the heaven and the earth"
+            request = pb.ScoreRequest(model="tiny-lstm", texts=[text], return_tokens=True)
+            [result] = stub.Score(request).results
+    finally:
+        server.stop(grace=1.0)
+    ids = [words.index(w) for w in text.split()]
+    with torch.no_grad():
+        zeros = torch.zeros(1, 2, 32)
+        logits = model(torch.tensor([[1, *ids]]), zeros, zeros)[0][0]
+    lp = torch.log_softmax(logits.double(), dim=-1).numpy()
+    expected = [lp[t, w] for t, w in enumerate([*ids, 2])]
+    np.testing.assert_allclose(list(result.details.log_probs), expected, atol=1e-4)
