@@ -43,11 +43,12 @@ models: $(DEFAULT_NGRAM)
 serve: install models
 	$(BIN)/lmserve serve --host 127.0.0.1 --metrics-host 127.0.0.1
 
-# Read-only checks: lint, format, types.
+# Read-only checks: lint, format, types, and the import layers (pyproject's import-linter contracts).
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -32,7 +32,7 @@ EXTENSIONS = [
     ),
     ("lmserve.server.text._wordindex", "server/lmserve/server/text/_wordindex.c"),
     ("lmserve.server.decoding._draw", "server/lmserve/server/decoding/_draw.c"),
-    ("lmserve.server.api._wire", "server/lmserve/server/api/_wire.c"),
+    ("lmserve.server.worker.replies._wire", "server/lmserve/server/worker/replies/_wire.c"),
 ]
 # -fno-trapping-math: no code here uses floating-point exceptions, and it lets the compiler turn
 # selects into vector blends (the sampling draw's exponential loop vectorises only with it);

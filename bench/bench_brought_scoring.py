@@ -124,8 +124,10 @@ def main() -> None:
     import_seconds = time.perf_counter() - began
     log(f"imported in {import_seconds:.1f} s, parity {result.parity}")
     folder = tmp / "model"
-    team, step, score = _session(team_file), _session(folder / "step.onnx"), _session(
-        folder / "score.onnx"
+    team, step, score = (
+        _session(team_file),
+        _session(folder / "step.onnx"),
+        _session(folder / "score.onnx"),
     )
     backend = OnnxBackend.load(folder, read_manifest(folder), OnnxOptions())
 
@@ -218,7 +220,7 @@ def main() -> None:
             import_seconds=round(import_seconds, 2),
         )
     )
-    log(f"median ratios: {({n: round(statistics.median(r), 3) for n, r in ratios.items()})}")
+    log(f"median ratios: { ({n: round(statistics.median(r), 3) for n, r in ratios.items()}) }")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
-from lmserve.server.engine.stats import EngineStats
-from lmserve.server.engine.stats_export import metric_families
+from lmserve.server.front.process.stats_export import metric_families
 from lmserve.server.metrics import Metrics
+from lmserve.server.shared.stats import EngineStats
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

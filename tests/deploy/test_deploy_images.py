@@ -103,10 +103,12 @@ def dockerignored(path: str) -> bool:
 
 def test_dockerignore_matcher() -> None:
     assert dockerignored(".venv/bin/python")
-    assert dockerignored("server/lmserve/server/api/_wire.cpython-311-x86_64-linux-gnu.so")
+    assert dockerignored(
+        "server/lmserve/server/worker/replies/_wire.cpython-311-x86_64-linux-gnu.so"
+    )
     assert dockerignored("models/kjv-5gram/model.lmbin")
     assert not dockerignored("models/kjv-lstm/score.onnx")
-    assert not dockerignored("server/lmserve/server/api/_wire.c")
+    assert not dockerignored("server/lmserve/server/worker/replies/_wire.c")
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)

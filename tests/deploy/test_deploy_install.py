@@ -25,7 +25,7 @@ EXTENSIONS = [
     "lmserve.server.backends.ngram._kernel",
     "lmserve.server.text._wordindex",
     "lmserve.server.decoding._draw",
-    "lmserve.server.api._wire",
+    "lmserve.server.worker.replies._wire",
 ]
 
 
@@ -68,8 +68,8 @@ def test_wheel_installs_alone_and_serves_its_command(tmp_path: Path) -> None:
     (Path(purelib) / "zz_dependencies.pth").write_text("\n".join(dependencies) + "\n")
 
     code = (
-        "import importlib, lmserve.server.app, lmserve.client\n"
-        f"for name in {EXTENSIONS!r} + ['lmserve.server.app', 'lmserve.client']:\n"
+        "import importlib, lmserve.server.front.process.app, lmserve.client\n"
+        f"for name in {EXTENSIONS!r} + ['lmserve.server.front.process.app', 'lmserve.client']:\n"
         "    print(importlib.import_module(name).__file__)\n"
     )
     files = run([str(python), "-c", code], tmp_path).stdout.split()

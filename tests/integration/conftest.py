@@ -12,8 +12,8 @@ import yaml
 from integration_data import KJV_PATTERN, MAX_TEXTS, MAX_TOKENS
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.backends.ngram import NgramModel, write_model_folder
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import (
     ModelManifest,
     Provenance,

@@ -6,7 +6,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from lmserve.server.app import BackgroundServer
+from lmserve.server.front.process.app import BackgroundServer
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from lmserve.client import LmServeClient, NBestHypothesis, NBestList
-from lmserve.server.app import BackgroundServer
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 

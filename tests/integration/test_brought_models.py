@@ -39,10 +39,10 @@ from torch import nn
 
 from lmserve.client import GeneratedToken, LmServeClient
 from lmserve.export.custom import export_module
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.cli import main
 from lmserve.server.decoding.reference_sampling import draw_cumulative
 from lmserve.server.decoding.sampling import request_generators
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc

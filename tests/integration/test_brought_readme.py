@@ -12,7 +12,7 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.app import start_background_server
+from lmserve.server.front.process.app import start_background_server
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc

@@ -29,7 +29,7 @@ from lmserve.client import (
     UnavailableError,
 )
 from lmserve.client.types import HealthStatus
-from lmserve.server.app import BackgroundServer
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 

@@ -26,9 +26,9 @@ from integration_data import KJV_PATTERN
 from prometheus_client import CollectorRegistry
 
 from lmserve.client import Completion, LmServeClient
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.backends.ngram import NgramModel, write_model_folder
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import Provenance, TokenizerSpec, read_manifest
 from lmserve.server.settings import load_settings
 from lmserve.server.text.vocab import Vocabulary

@@ -23,10 +23,10 @@ from integration_data import KJV_PATTERN
 from prometheus_client import CollectorRegistry
 
 from lmserve.client import Completion, LmServeClient
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.ngram import NgramModel, write_model_folder
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import Provenance, TokenizerSpec, read_manifest
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb

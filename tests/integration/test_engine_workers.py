@@ -23,8 +23,8 @@ from neural_folders import VOCAB, tiny_model, write_onnx_folder
 from prometheus_client import CollectorRegistry
 from serve_process import ServeProcess, child_pids, process_exists, process_title, wait_until
 
-from lmserve.server.app import BackgroundServer, start_background_server
-from lmserve.server.engine.workers.supervisor import WorkerEngine
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.workers.supervisor import WorkerEngine
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
@@ -313,3 +313,58 @@ def test_a_slow_reader_is_parked_in_its_worker_and_gets_every_token(repository: 
         received = [(t.index, t.token_id) for r in slow for t in r.tokens]
         assert received == expected
         assert _gauge(server, "lmserve_parked_sequences", "lstm") == 0
+
+
+def test_the_front_holds_no_model_weights(server: BackgroundServer, stub: Stub) -> None:
+    # The front read vocabularies, codecs and manifests; the weights are in the workers.
+    for name in ("test", "lstm"):
+        entry = server.running.repository.ready(name)
+        assert entry.backend is None and entry.vocab is not None
+        assert entry.scorer is not None and not entry.scorer.has_backend
+    info = stub.GetModel(pb.GetModelRequest(model="lstm")).model
+    assert info.vocab_size == len(VOCAB) and info.special_tokens.eos_id == VOCAB.index("</s>")
+    [result] = stub.Score(pb.ScoreRequest(model="test", texts=["a"])).results
+    assert result.token_count == 2
+
+
+def test_a_broken_graph_fails_in_its_worker_and_shows_in_list_models(
+    repository: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "models"
+    shutil.copytree(repository, root)
+    (root / "lstm" / "step.onnx").write_bytes(b"not a graph")
+    manifest = (root / "lstm" / "model.yaml").read_text()
+    import yaml
+
+    from lmserve.server.manifest import sha256_of
+
+    data = yaml.safe_load(manifest)
+    data["files"]["step"]["sha256"] = sha256_of(root / "lstm" / "step.onnx")
+    (root / "lstm" / "model.yaml").write_text(yaml.safe_dump(data))
+    with _start(root) as running, grpc.insecure_channel(running.address) as channel:
+        stub = Stub(channel)
+        infos = {m.name: m for m in stub.ListModels(pb.ListModelsRequest()).models}
+        assert infos["test"].state == pb.MODEL_STATE_READY
+        assert infos["lstm"].state == pb.MODEL_STATE_FAILED
+        assert infos["lstm"].load_error == "lstm/step.onnx: ONNX Runtime cannot load it"
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Score(pb.ScoreRequest(model="lstm", texts=["a"]))
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "failed to load" in (caught.value.details() or "")
+
+
+def test_a_client_mistake_logs_no_traceback_in_the_worker(
+    repository: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    options = pb.ScoreOptions(bos=False)  # not offered by recurrent models
+    # Started here: its workers write to this test's captured stderr.
+    with _start(repository) as running, grpc.insecure_channel(running.address) as channel:
+        stub = Stub(channel)
+        for _ in range(3):
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.Score(pb.ScoreRequest(model="lstm", texts=TEXTS, options=options))
+            assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        time.sleep(0.3)  # the worker's log lines reach its stderr
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and " ERROR " not in err, err
+    assert "refused: Unimplemented" in err

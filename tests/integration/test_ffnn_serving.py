@@ -25,9 +25,10 @@ from lmserve.client import GeneratedToken, LmServeClient
 from lmserve.export.rnn.data import encode_sentences
 from lmserve.export.rnn.ffnn import FeedForwardLM
 from lmserve.export.rnn.train import BEST_CHECKPOINT, evaluate, load_checkpoint
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.cli import main
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.registry.repository import load_entry
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
@@ -204,7 +205,10 @@ def test_beam_search_equals_the_direct_call_and_the_pytorch_scores(
     from lmserve.server.decoding.beam import beam_search
     from lmserve.server.decoding.params import BeamParams
 
-    backend = server.running.repository.ready("ffnn-ts").backend
+    # The same folder loaded here, with its weights (the front holds none: they are in the
+    # model's worker).
+    backend = load_entry(trained["repo"] / "ffnn-ts").backend
+    assert backend is not None
     prompt = _ids(trained["vocab"], "in the beginning")
     params = BeamParams(beam_width=4, max_length=6, num_return=3)
     direct = beam_search(make_stepper(backend), prompt, params)

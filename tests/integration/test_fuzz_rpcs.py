@@ -10,7 +10,7 @@ from fuzz_requests import ALLOWED, Call, rpc_calls, send
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 
-from lmserve.server.app import BackgroundServer
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 
 from lmserve.client import BeamHypothesis, GeneratedToken, GenerationFinished, LmServeClient
 from lmserve.client.errors import InvalidArgumentError, ResourceExhaustedError
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.backends.stepping import make_stepper
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import ModelManifest, write_manifest
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb

@@ -18,7 +18,7 @@ from pki_files import make_pki
 from prometheus_client import CollectorRegistry
 from serve_process import ServeProcess, clean_env, serve_command, wait_until
 
-from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc

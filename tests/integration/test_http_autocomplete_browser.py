@@ -27,7 +27,7 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
 from lmserve.client import LmServeClient
-from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]

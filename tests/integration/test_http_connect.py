@@ -20,7 +20,7 @@ from metrics_scrape import scrape
 from pki_files import make_pki
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc

@@ -30,8 +30,8 @@ from lmserve.server.api.http.openai_api import DONE, CompletionAnswer
 from lmserve.server.api.http.openai_completions import CompletionSteps, Piece, Step
 from lmserve.server.api.http.openai_schema import parse_completion
 from lmserve.server.api.observed_call import CallObserver
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.errors import ModelOutputError
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.metrics import Metrics
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb

@@ -23,7 +23,7 @@ from neural_folders import (
 from prometheus_client import CollectorRegistry
 
 from lmserve.export.rnn.model import RecurrentLM
-from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import ModelManifest, sha256_of, write_manifest
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb

@@ -28,9 +28,10 @@ from prometheus_client import CollectorRegistry
 from lmserve.export.rnn.folder import load_checkpoint
 from lmserve.export.rnn.model import RecurrentLM
 from lmserve.export.rnn.train import BEST_CHECKPOINT
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.cli import main
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import ModelManifest, read_manifest, sha256_of, write_manifest
+from lmserve.server.registry.repository import load_entry
 from lmserve.server.settings import load_settings
 from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import CharCodec
@@ -285,8 +286,11 @@ def test_character_vocabulary_is_unescaped_end_to_end(
     lines = (repository / "char-gru" / "vocab.txt").read_text(encoding="utf-8").split("\n")
     assert "\\s" in lines and " " not in lines  # the file escapes the space...
     space_id = lines.index("\\s")
-    backend = server.running.repository.ready("char-gru").backend
+    # The front's vocabulary (read without the weights) and the model's, loaded here, agree.
+    front_vocab = server.running.repository.ready("char-gru").vocab
+    backend = load_entry(repository / "char-gru").backend
     assert backend is not None and backend.vocab.words[space_id] == " "
+    assert front_vocab is not None and front_vocab.words == backend.vocab.words
     assert backend.vocab.words == trained["char"].codec.vocab.words
     [result] = _score(stub, "char-gru", ["be light"])
     assert list(result.details.tokens)[2] == " "  # ...the server shows the character

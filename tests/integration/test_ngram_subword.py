@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.app import BackgroundServer, start_background_server
 from lmserve.server.cli import main
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import TokenizerKind, read_manifest, verify_files
 from lmserve.server.settings import load_settings
 from lmserve.server.text.bpe import BpeCodec

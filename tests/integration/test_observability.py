@@ -27,7 +27,7 @@ from serve_process import ServeProcess, wait_until
 from lmserve.client import AsyncLmServeClient, LmServeClient, NBestHypothesis, NBestList
 from lmserve.client._requests import generate_request
 from lmserve.client.errors import ResourceExhaustedError
-from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.logging_setup import log_handler
 from lmserve.server.manifest import ModelManifest, write_manifest
 from lmserve.server.settings import load_settings

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 from serve_process import ServeProcess, wait_until
 
-from lmserve.server.app import BackgroundServer, start_background_server
-from lmserve.server.engine.workers.supervisor import WorkerEngine
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.workers.supervisor import WorkerEngine
 from lmserve.server.manifest import ModelManifest, sha256_of, write_manifest
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb

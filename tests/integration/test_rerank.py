@@ -30,7 +30,7 @@ from lmserve.client import (
 )
 from lmserve.client import nbest as nbest_io
 from lmserve.client.reranking import combined_score, ranking
-from lmserve.server.app import BackgroundServer
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 

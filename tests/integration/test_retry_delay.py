@@ -20,10 +20,10 @@ from serve_process import wait_until
 
 from lmserve.client import LmServeClient
 from lmserve.client.errors import ResourceExhaustedError
-from lmserve.server.app import BackgroundServer, start_background_server
-from lmserve.server.engine.retry_estimate import MAX_DELAY, MIN_DELAY
-from lmserve.server.engine.scoring.queue import ScoringQueue
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
+from lmserve.server.worker.retry_estimate import MAX_DELAY, MIN_DELAY
+from lmserve.server.worker.scoring.queue import ScoringQueue
 
 TEXT = " ".join(["looking on a little"] * 250)[: -len(" little")]  # 999 words + </s>
 TOKENS_PER_TEXT = 1000

@@ -20,7 +20,7 @@ from lmserve.client import (
     ModelNotFoundError,
     TextScore,
 )
-from lmserve.server.app import BackgroundServer
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 

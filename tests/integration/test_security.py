@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from lmserve.client import AsyncLmServeClient, LmServeClient
 from lmserve.client.errors import LmServeClientError
-from lmserve.server.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
 
 TOKEN = "s3cret-token-4c1d"

@@ -6,7 +6,7 @@ import grpc
 import pytest
 from metrics_scrape import scrape
 
-from lmserve.server.app import BackgroundServer
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 

@@ -14,9 +14,9 @@ from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.beam import beam_search
 from lmserve.server.decoding.params import BeamParams
-from lmserve.server.engine.generation.beam_runner import BeamRunner
-from lmserve.server.engine.generation.limits import GenerationLimits
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded
+from lmserve.server.worker.generation.beam_runner import BeamRunner
+from lmserve.server.worker.generation.limits import GenerationLimits
 
 STEP_SECONDS = 0.01
 

@@ -13,10 +13,10 @@ import numpy as np
 from lmserve.server.backends.base import BatchScores, EncodedBatch
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.decoding.scoring import ScoreOptions, Scorer
-from lmserve.server.engine.foreground import Foreground
-from lmserve.server.engine.scoring.queue import ScoringLimits, ScoringQueue
 from lmserve.server.text.codec import WordCodec
 from lmserve.server.text.word import WordTokenizer
+from lmserve.server.worker.foreground import Foreground
+from lmserve.server.worker.scoring.queue import ScoringLimits, ScoringQueue
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "ngram" / "toy.arpa"
 

@@ -16,17 +16,17 @@ from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import ContextStepper, Stepper, make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
-from lmserve.server.engine.generation.limits import GenerationLimits
-from lmserve.server.engine.generation.prefill import Prefill
-from lmserve.server.engine.generation.scheduler import GenerationScheduler
-from lmserve.server.engine.generation.sequence import (
+from lmserve.server.errors import ModelOutputError, Overloaded
+from lmserve.server.shared.stats import EngineStats
+from lmserve.server.worker.generation.limits import GenerationLimits
+from lmserve.server.worker.generation.prefill import Prefill
+from lmserve.server.worker.generation.scheduler import GenerationScheduler
+from lmserve.server.worker.generation.sequence import (
     FinishEvent,
     GenerationRequest,
     GenerationStream,
     TokenEvent,
 )
-from lmserve.server.engine.stats import EngineStats
-from lmserve.server.errors import ModelOutputError, Overloaded
 
 BIGRAM = """\\data\\
 ngram 1=7
@@ -385,7 +385,7 @@ def test_grouped_observations_export_as_prometheus_repeated_observes() -> None:
 
     from prometheus_client import CollectorRegistry, Histogram, Metric
 
-    from lmserve.server.engine.stats_export import metric_families
+    from lmserve.server.front.process.stats_export import metric_families
     from lmserve.server.metrics import DURATION_BUCKETS
 
     name = "lmserve_inter_token_latency_seconds"

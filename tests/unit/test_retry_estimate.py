@@ -1,4 +1,4 @@
-"""The RetryInfo delay rule (`engine.retry_estimate`) fed hand-made timings, and the three
+"""The RetryInfo delay rule (`worker.retry_estimate`) fed hand-made timings, and the three
 queues that use it: scoring, Generate admission and BeamSearch."""
 
 from __future__ import annotations
@@ -11,10 +11,13 @@ import pytest
 
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.decoding.scoring import ScoreOptions, Scorer
-from lmserve.server.engine.generation.admission import Admission
-from lmserve.server.engine.generation.beam_runner import BeamRunner
-from lmserve.server.engine.generation.limits import GenerationLimits
-from lmserve.server.engine.retry_estimate import (
+from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
+from lmserve.server.text.codec import WordCodec
+from lmserve.server.text.word import WordTokenizer
+from lmserve.server.worker.generation.admission import Admission
+from lmserve.server.worker.generation.beam_runner import BeamRunner
+from lmserve.server.worker.generation.limits import GenerationLimits
+from lmserve.server.worker.retry_estimate import (
     MAX_DELAY,
     MIN_DELAY,
     Throughput,
@@ -22,10 +25,7 @@ from lmserve.server.engine.retry_estimate import (
     drain_delay,
     slot_delay,
 )
-from lmserve.server.engine.scoring.queue import ScoringLimits, ScoringQueue
-from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
-from lmserve.server.text.codec import WordCodec
-from lmserve.server.text.word import WordTokenizer
+from lmserve.server.worker.scoring.queue import ScoringLimits, ScoringQueue
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "ngram" / "toy.arpa"
 

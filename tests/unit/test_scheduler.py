@@ -10,16 +10,16 @@ from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine.generation.limits import GenerationLimits
-from lmserve.server.engine.generation.scheduler import GenerationScheduler
-from lmserve.server.engine.generation.sequence import (
+from lmserve.server.errors import Overloaded
+from lmserve.server.worker.generation.limits import GenerationLimits
+from lmserve.server.worker.generation.scheduler import GenerationScheduler
+from lmserve.server.worker.generation.sequence import (
     FinishEvent,
     GenerationRequest,
     GenerationStream,
     TokenEvent,
     Usage,
 )
-from lmserve.server.errors import Overloaded
 
 ARPA = """\\data\\
 ngram 1=6

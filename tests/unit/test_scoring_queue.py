@@ -17,11 +17,11 @@ import pytest
 from lmserve.server.backends.base import BatchScores, EncodedBatch, LanguageModelBackend
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.decoding.scoring import PreparedScoring, ScoreOptions, Scorer
-from lmserve.server.engine.scoring.queue import ScoringLimits, ScoringQueue
-from lmserve.server.engine.scoring.units import cut_units, gather
 from lmserve.server.errors import DeadlineExceeded, InvalidArgument, Overloaded
 from lmserve.server.text.codec import WordCodec
 from lmserve.server.text.word import WordTokenizer
+from lmserve.server.worker.scoring.queue import ScoringLimits, ScoringQueue
+from lmserve.server.worker.scoring.units import cut_units, gather
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "ngram" / "toy.arpa"
 

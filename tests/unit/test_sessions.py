@@ -11,11 +11,11 @@ from neural_folders import VOCAB, tiny_model, write_onnx_folder
 
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.stepping import make_stepper
-from lmserve.server.engine.autocomplete.session_steps import SessionSteps
-from lmserve.server.engine.autocomplete.sessions import Session, SessionCache, SessionLimits
-from lmserve.server.engine.stats import EngineStats
 from lmserve.server.manifest import read_manifest
 from lmserve.server.registry.loaders import LoadContext, load_backend
+from lmserve.server.shared.stats import EngineStats
+from lmserve.server.worker.autocomplete.session_steps import SessionSteps
+from lmserve.server.worker.autocomplete.sessions import Session, SessionCache, SessionLimits
 
 
 def _session(name: str, floats: int = 0) -> Session:

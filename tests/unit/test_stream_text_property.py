@@ -15,8 +15,8 @@ from lmserve.server.backends.base import Vocabulary
 from lmserve.server.decoding.detokenize import CharDetokenizer, Detokenizer, WordDetokenizer
 from lmserve.server.decoding.params import GenerateParams, StoppingParams
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine.generation import decoding_bridge as bridge
-from lmserve.server.engine.generation.sequence import GenerationRequest
+from lmserve.server.worker.generation import decoding_bridge as bridge
+from lmserve.server.worker.generation.sequence import GenerationRequest
 
 CHARS = Vocabulary.from_words(["<unk>", "<s>", "</s>", "a", "b", "c", " "])
 WORDS = Vocabulary.from_words(["<unk>", "<s>", "</s>", "a", "b", "ab", "c"])

@@ -1,5 +1,5 @@
-"""Packed totals (`api.wire`) give the very message `results.add` builds, byte for byte, and the
-client (`lmserve.client._wire`) reads them back as protobuf would."""
+"""Packed totals (`worker.replies.packing`) give the very message `results.add` builds, byte
+for byte, and the client (`lmserve.client._wire`) reads them back as protobuf would."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from lmserve.client import _wire as client_wire
 from lmserve.client.client import _scores
 from lmserve.client.types import TextScore
-from lmserve.server.api import convert, wire
+from lmserve.server.api import convert
 from lmserve.server.decoding.scoring import ScoredTexts
+from lmserve.server.worker.replies import packing as wire
 from lmserve.v1 import lm_service_pb2 as pb
 
 
@@ -113,7 +114,7 @@ def test_details_still_built_field_by_field() -> None:
 
 def test_c_packing_equals_numpy_packing() -> None:
     """`_wire.pack_totals` (C) writes the very bytes of `packed_text_scores` (numpy)."""
-    from lmserve.server.api import _wire
+    from lmserve.server.worker.replies import _wire
 
     rng = np.random.default_rng(11)
     top = wire.MAX_PACKED_COUNT
@@ -149,7 +150,7 @@ def test_packing_takes_other_integer_and_float_arrays() -> None:
 
 
 def test_c_packing_refuses_wrong_arrays() -> None:
-    from lmserve.server.api import _wire
+    from lmserve.server.worker.replies import _wire
 
     f64, i64 = np.zeros(3), np.zeros(3, dtype=np.int64)
     with pytest.raises(TypeError, match="log_probs"):

@@ -28,7 +28,7 @@ ECHO_LIMIT = 100
 # A message as a whole (a field name plus a problem that quotes a value or two).
 MESSAGE_LIMIT = 1000
 # Seconds an overloaded server asks callers to wait before retrying (RetryInfo) when it has no
-# better estimate: the queues estimate it from their state (`engine.retry_estimate`) and use this
+# better estimate: the queues estimate it from their state (`worker.retry_estimate`) and use this
 # only before anything was measured, and for refusals while shutting down.
 DEFAULT_RETRY_AFTER = 1.0
 
@@ -167,3 +167,21 @@ class ChecksumMismatch(ModelLoadError):
 
 class ArpaFormatError(ModelLoadError):
     """An ARPA file is malformed. The reason names the line."""
+
+
+# What a caller's request caused, not the server: refusals of bad input, limits, deadlines.
+# Logged without a traceback below ERROR (`is_client_error`); everything else is a fault.
+_CLIENT_ERRORS = (
+    InvalidArgument,
+    ModelNotFound,
+    Overloaded,
+    DeadlineExceeded,
+    Cancelled,
+    Unimplemented,
+    Unauthenticated,
+)
+
+
+def is_client_error(exc: BaseException) -> bool:
+    """Whether `exc` answers a caller's mistake or limit (no server fault: no ERROR line)."""
+    return isinstance(exc, _CLIENT_ERRORS)

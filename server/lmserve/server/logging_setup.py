@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from lmserve.server.call_context import current_call
+from lmserve.server.errors import is_client_error
 
 # LogRecord attributes that are not `extra=` fields (what JSON lines leave out).
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
@@ -77,3 +78,13 @@ def log_handler(fmt: str = "text") -> logging.Handler:
 
 def setup_logging(level: str, fmt: str = "text") -> None:
     logging.basicConfig(level=level, handlers=[log_handler(fmt)], force=True)
+
+
+def log_failure(logger: logging.Logger, what: str, exc: BaseException) -> None:
+    """A failed unit of work: a caller's mistake (`errors.is_client_error`) at INFO in one line,
+    so alerts on ERROR lines fire on server faults only; anything else at ERROR with its
+    traceback."""
+    if is_client_error(exc):
+        logger.info("%s refused: %s: %s", what, type(exc).__name__, exc)
+    else:
+        logger.error("%s failed", what, exc_info=exc)

@@ -5,9 +5,9 @@ metrics.requests.labels(method="Score", model="kjv", code="OK").inc()
 serve_metrics(metrics.registry, host, port)
 
 These are the front's own metrics (requests, scored texts, models, workers). The engines'
-(batches, queue waits, generation, sessions) are plain `engine.stats.EngineStats` that
-`engine.stats_export` turns into metric families: a collector on this registry asks every live
-engine worker (or reads the in-process engines) at each scrape, so /metrics reads as one
+(batches, queue waits, generation, sessions) are plain `shared.stats.EngineStats` that
+`front.process.stats_export` turns into metric families: a collector on this registry asks
+every live engine worker (or reads the in-process engines) at each scrape, so /metrics reads as one
 server. prometheus-client's multiprocess mode was the alternative: files per process and no
 live gauges; a scrape that asks costs one round trip per worker.
 """
@@ -21,7 +21,7 @@ from prometheus_client.exposition import start_http_server
 DURATION_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
-# Texts per micro-batched forward pass (the engines' histogram, `engine.stats`).
+# Texts per micro-batched forward pass (the engines' histogram, `shared.stats`).
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 

@@ -158,6 +158,17 @@ class Settings(BaseSettings):
     # (network loop, small requests, streams' writes) is scheduled first.
     worker_niceness: int = Field(default=10, ge=0, le=19)
     worker_restart_window_seconds: float = Field(default=60.0, gt=0)
+    # Front processes serving the gRPC port together (SO_REUSEPORT), each connected to every
+    # engine worker: for machines whose cores one Python front cannot keep busy. The first
+    # front also serves HTTP, /metrics, the health port and reloads (it forwards SIGHUP); the
+    # others serve gRPC. More than 1 needs engine_workers.
+    fronts: int = Field(default=1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _check_fronts(self) -> Settings:
+        if self.fronts > 1 and not self.engine_workers:
+            raise ValueError("fronts > 1 needs engine_workers: true (fronts share the workers)")
+        return self
 
     @model_validator(mode="after")
     def _check_security(self) -> Settings:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from lmserve.server.api.validation import check_text_bytes
 from lmserve.server.decoding.bias import BiasPhrase, PhraseBias, fold
 from lmserve.server.decoding.params import finite
-from lmserve.server.engine.biasing import phrase_words
-from lmserve.server.engine.limits import RequestLimits
-from lmserve.server.engine.served_model import ServedModel
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.server.front.models.biasing import phrase_words
+from lmserve.server.front.models.served_model import ServedModel
+from lmserve.server.worker.limits import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 

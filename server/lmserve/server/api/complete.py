@@ -22,11 +22,11 @@ from collections.abc import AsyncIterator
 from lmserve.server.api.model_use import same_model, use_model
 from lmserve.server.api.pipelining import read_ahead
 from lmserve.server.api.validation import check_no_empty_token, check_text_bytes
-from lmserve.server.engine.autocomplete.edits import CompleteAnswer, CompleteEdit, new_session_id
-from lmserve.server.engine.limits import RequestLimits
-from lmserve.server.engine.served_model import ServedModel
-from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.server.front.models.served_model import ServedModel
+from lmserve.server.front.models.served_models import ServedModels
+from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit, new_session_id
+from lmserve.server.worker.limits import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 # Messages read ahead of the one being answered (what makes "a newer one is waiting" visible).

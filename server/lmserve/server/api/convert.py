@@ -1,15 +1,14 @@
-"""Domain objects to protobuf messages (the requests' direction lives in `validation`)."""
+"""Domain objects to protobuf messages (the requests' direction lives in `validation`).
+
+Score's and Generate's responses are built where they are computed (`worker.replies`); they
+are re-exported here for the front's in-process paths."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
-
-from lmserve.server.api import wire
-from lmserve.server.decoding.bias import BiasMatch
-from lmserve.server.decoding.scoring import PerplexityStats, ScoredTexts, TokenDetails
+from lmserve.server.decoding.scoring import PerplexityStats
 from lmserve.server.manifest import ModelFormat, ModelKind
 from lmserve.server.registry.repository import ModelEntry, ModelState
+from lmserve.server.worker.replies.score import score_response, score_response_bytes, token_details
 from lmserve.v1 import lm_service_pb2 as pb
 
 _KINDS = {
@@ -77,8 +76,8 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
         )
     )
     specials = manifest.special_tokens
-    backend = entry.backend
-    index = backend.vocab.index if backend is not None else {}
+    vocab = entry.vocab
+    index = vocab.index if vocab is not None else {}
     info.special_tokens.CopyFrom(
         pb.SpecialTokens(
             bos=specials.bos,
@@ -91,9 +90,9 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
             pad_id=index.get(specials.pad, -1) if specials.pad else -1,
         )
     )
-    if backend is not None:
-        info.vocab_size = len(backend.vocab)
-        order = getattr(backend, "order", None)
+    if vocab is not None:
+        info.vocab_size = len(vocab)
+        order = getattr(entry.backend, "order", None)
         if isinstance(order, int) and not info.order:
             info.order = order
     # Every ready model answers every RPC (Complete: word models exactly, piece models by a
@@ -123,62 +122,6 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
     return info
 
 
-def score_response_bytes(model: str, scored: ScoredTexts) -> bytes | pb.ScoreResponse:
-    """The response as wire bytes when it holds totals only (the common rescoring case: see
-    `wire`), else as a message (`score_response`)."""
-    if scored.details is None:
-        packed = wire.pack_totals(scored.log_probs, scored.token_counts, scored.oov_counts)
-        if packed is not None:
-            return _model_field(model) + packed
-    return score_response(model, scored)
-
-
-@functools.lru_cache(maxsize=256)
-def _model_field(model: str) -> bytes:
-    """`ScoreResponse.model`'s wire bytes (field 1); names come from the model repository."""
-    return wire.string_field(1, model)
-
-
-def score_response(
-    model: str, scored: ScoredTexts, bias: Sequence[BiasMatch] | None = None
-) -> pb.ScoreResponse:
-    """One TextScore per text, built field by field; per-token details only when they were
-    computed. What `score_response_bytes` gives when the totals do not fit its records or
-    details were asked for. Results are appended in place with `results.add`, about twice as
-    fast as building a list of TextScore messages and copying it in. With a bias list's
-    matches (one per text) each result also gets its bias and biased total."""
-    response = pb.ScoreResponse(model=model)
-    add = response.results.add
-    totals = zip(
-        scored.log_probs.tolist(),
-        scored.token_counts.tolist(),
-        scored.oov_counts.tolist(),
-        strict=True,
-    )
-    if scored.details is None:
-        for lp, n, o in totals:
-            add(log_prob=lp, token_count=n, oov_count=o)
-    else:
-        for (lp, n, o), d in zip(totals, scored.details, strict=True):
-            add(log_prob=lp, token_count=n, oov_count=o, details=token_details(d))
-    if bias is not None:
-        for result, found in zip(response.results, bias, strict=True):
-            result.bias = found.boost
-            result.biased_log_prob = result.log_prob + found.boost
-            result.bias_phrases.extend(found.phrases)
-    return response
-
-
-def token_details(details: TokenDetails) -> pb.TokenDetails:
-    return pb.TokenDetails(
-        tokens=details.tokens,
-        token_ids=details.token_ids.tolist(),
-        log_probs=details.log_probs.tolist(),
-        oov=details.oov.tolist(),
-        ngram_lengths=[] if details.ngram_lengths is None else details.ngram_lengths.tolist(),
-    )
-
-
 def perplexity_stats(stats: PerplexityStats) -> pb.PerplexityStats:
     return pb.PerplexityStats(
         log_prob=stats.log_prob,
@@ -191,3 +134,12 @@ def perplexity_stats(stats: PerplexityStats) -> pb.PerplexityStats:
         word_count=stats.word_count,
         perplexity_per_word=stats.perplexity_per_word,
     )
+
+
+__all__ = [
+    "model_info",
+    "perplexity_stats",
+    "score_response",
+    "score_response_bytes",
+    "token_details",
+]

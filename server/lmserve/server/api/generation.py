@@ -1,7 +1,7 @@
 """Generate and BeamSearch messages <-> the decoding layer's params and the scheduler's events.
 
     params = generate_params(request, limits, vocab_size)     # InvalidArgument names the field
-    for message in generate_responses(events, words, logprobs, top_logprobs): yield message
+    hypotheses = [beam_hypothesis(h, token_texts, detokenizer) for h in found]
 
 Absent proto fields become the documented defaults here; the ranges themselves are checked by
 `decoding.params` (one place).
@@ -19,9 +19,8 @@ from lmserve.server.decoding.params import (
     SamplingParams,
     StoppingParams,
 )
-from lmserve.server.engine.generation.limits import GenerationLimits
-from lmserve.server.engine.generation.sequence import Event, FinishEvent
 from lmserve.server.errors import InvalidArgument
+from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 _LENGTH_PENALTIES = {
@@ -98,55 +97,6 @@ def prompt_ids(ids: Sequence[int], vocab_size: int, field: str = "prompt_token_i
                 f"{field}[{k}]", f"token id must be in [0, {vocab_size}), got {i}"
             )
     return out
-
-
-def generate_responses(
-    events: Sequence[Event], words: Sequence[str], logprobs: bool, top_logprobs: int
-) -> list[pb.GenerateResponse]:
-    """The stream messages for one hand-over of events: the tokens together, each sample end
-    closing a message (after the tokens before it). `words` names the alternatives' ids."""
-    messages: list[pb.GenerateResponse] = []
-    message = pb.GenerateResponse()
-    add = message.tokens.add
-    for event in events:
-        if isinstance(event, FinishEvent):
-            message.finished.CopyFrom(_finished(event))
-            messages.append(message)
-            message = pb.GenerateResponse()
-            add = message.tokens.add
-            continue
-        token = add(
-            sample_index=event.sample_index,
-            index=event.index,
-            token_id=event.token_id,
-            text=event.text,
-            log_prob=event.log_prob if logprobs else 0.0,
-        )
-        if top_logprobs:
-            TokenLogProb = pb.TokenLogProb
-            token.top_logprobs.extend(
-                TokenLogProb(token_id=i, text=words[i], log_prob=lp)
-                for i, lp in event.top[:top_logprobs]
-            )
-    if len(message.tokens):
-        messages.append(message)
-    return messages
-
-
-def _finished(event: FinishEvent) -> pb.GenerationFinished:
-    u = event.usage
-    return pb.GenerationFinished(
-        sample_index=event.sample_index,
-        reason=pb.FinishReason.Name(event.reason.value),  # values are the proto numbers
-        text=event.text,
-        log_prob=event.log_prob,
-        usage=pb.Usage(
-            prompt_tokens=u.prompt_tokens,
-            generated_tokens=u.generated_tokens,
-            time_to_first_token_seconds=u.time_to_first_token_seconds,
-            total_seconds=u.total_seconds,
-        ),
-    )
 
 
 def beam_hypothesis(

@@ -36,6 +36,8 @@ from lmserve.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 REQUEST_ID_KEY = "x-request-id"
+# The front process that answered, 0 for the first (`fronts: N`).
+FRONT_KEY = "x-lmserve-front"
 
 STATUS_CODES: dict[type[errors.LmServeError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -71,8 +73,10 @@ class ServingInterceptor(aio.ServerInterceptor):
     """Wraps every handler: request id, deadline check, error mapping, request metrics and
     (with `access_log`) one INFO line per RPC on the `lmserve.access` logger."""
 
-    def __init__(self, metrics: Metrics, *, access_log: bool = False) -> None:
+    def __init__(self, metrics: Metrics, *, access_log: bool = False, front: int = 0) -> None:
         self._observer = CallObserver(metrics, access_log=access_log)
+        # Which front process answered (`fronts: N`), in the trailing metadata.
+        self._front = str(front)
 
     async def intercept_service(
         self,
@@ -114,7 +118,7 @@ class ServingInterceptor(aio.ServerInterceptor):
         gRPC sends them, when the handler returns)."""
         call = self._observer.start(method, _metadata_value(context, REQUEST_ID_KEY))
         try:
-            trailing = ((REQUEST_ID_KEY, call.info.request_id),)
+            trailing = ((REQUEST_ID_KEY, call.info.request_id), (FRONT_KEY, self._front))
             context.set_trailing_metadata(trailing)
             _check_deadline(context)
             yield

@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager
 
 from lmserve.server.api.interceptors import note_model
 from lmserve.server.api.validation import validate_model_name
-from lmserve.server.engine.served_model import ServedModel
-from lmserve.server.engine.served_models import ServedModels
+from lmserve.server.front.models.served_model import ServedModel
+from lmserve.server.front.models.served_models import ServedModels
 
 
 def use_model(models: ServedModels, model: str) -> AbstractContextManager[ServedModel]:

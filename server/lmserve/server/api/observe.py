@@ -58,14 +58,14 @@ def access_log_enabled(settings: Settings) -> bool:
 
 
 def server_interceptors(
-    settings: Settings, metrics: Metrics, token: str | None
+    settings: Settings, metrics: Metrics, token: str | None, front: int = 0
 ) -> list[aio.ServerInterceptor]:
-    """The interceptors for `grpc.aio.server`, outermost first."""
+    """The interceptors for `grpc.aio.server`, outermost first (`front`: which front process)."""
     access = access_log_enabled(settings)
     chain: list[aio.ServerInterceptor] = []
     if settings.otel_tracing:
         chain.append(tracing_interceptor())
-    chain.append(ServingInterceptor(metrics, access_log=access))
+    chain.append(ServingInterceptor(metrics, access_log=access, front=front))
     if token is not None:
         chain.append(AuthInterceptor(token, health_open=settings.auth_health_open))
     return chain

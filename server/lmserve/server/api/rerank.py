@@ -4,7 +4,7 @@
 
 Every field is checked before any work starts, and a bad one is named by its path
 (`lists[3].hypotheses[7].scores["acoustic"]`). The work (scoring all lists together, combining,
-ranking) is the engine's (`engine.rerank.rerank_lists`); this module converts the message to
+ranking) is the engine's (`front.models.rerank.rerank_lists`); this module converts the message to
 its plain `NBestLists` and the result back to a `RerankResponse`.
 """
 
@@ -18,11 +18,11 @@ from lmserve.server.api.model_use import use_model
 from lmserve.server.api.validation import check_no_empty_token, check_text_bytes, validate_options
 from lmserve.server.decoding.params import finite
 from lmserve.server.decoding.rerank import LengthUnit, RerankWeights
-from lmserve.server.engine.limits import RequestLimits
-from lmserve.server.engine.rerank import NBestLists, rerank_lists
-from lmserve.server.engine.served_model import ServedModel
-from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.server.front.models.rerank import NBestLists, rerank_lists
+from lmserve.server.front.models.served_model import ServedModel
+from lmserve.server.front.models.served_models import ServedModels
+from lmserve.server.worker.limits import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 _UNITS = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from lmserve.server.api import convert, generation
 from lmserve.server.api.bias import StreamBias
@@ -27,16 +27,16 @@ from lmserve.server.api.validation import (
     validate_options,
 )
 from lmserve.server.decoding.scoring import PerplexityAccumulator, ScoredTexts, ScoreOptions
-from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.engine.biasing import bias_matches
-from lmserve.server.engine.generation.sequence import FinishEvent
-from lmserve.server.engine.served_model import ServedModel, TextInput
-from lmserve.server.engine.served_models import ServedModels
 from lmserve.server.errors import (
     DeadlineExceeded,
     InvalidArgument,
 )
+from lmserve.server.front.models.biasing import bias_matches
+from lmserve.server.front.models.served_model import ServedModel, TextInput
+from lmserve.server.front.models.served_models import ServedModels
 from lmserve.server.metrics import Metrics
+from lmserve.server.worker.generation.sequence import Event, MessageRenderer
+from lmserve.server.worker.replies.generate import ended_by_deadline, serialized_chunk
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -81,14 +81,12 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
 
     # -- scoring ---------------------------------------------------------------------------
 
-    async def Score(
-        self, request: pb.ScoreRequest, context: RpcContext
-    ) -> pb.ScoreResponse | bytes:
+    async def Score(self, request: pb.ScoreRequest, context: RpcContext) -> bytes:
         return await self._score_request(request, _deadline(context))
 
     async def ScoreStream(
         self, request_iterator: AsyncIterator[pb.ScoreRequest], context: RpcContext
-    ) -> AsyncIterator[pb.ScoreResponse | bytes]:
+    ) -> AsyncIterator[bytes]:
         """Score per message, answered in order; a failure names the request's index."""
         deadline = _deadline(context)
         bias = StreamBias()  # a list sent once biases the stream's later messages too
@@ -102,21 +100,24 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         request: pb.ScoreRequest,
         deadline: float | None,
         stream_bias: StreamBias | None = None,
-    ) -> pb.ScoreResponse | bytes:
-        """One Score request, validated, scored and converted (Score and ScoreStream): totals
-        alone as the response's wire bytes, which the interceptor sends as they are."""
+    ) -> bytes:
+        """One Score request (Score and ScoreStream): validated and tokenized here, scored and
+        its response built where the model computes (an engine worker), which answers with the
+        response's wire bytes; the interceptor sends them as they are."""
         limits = self._limits.requests
         with use_model(self._models, request.model) as served:
             batch = validate_batch(request, limits)
             options = validate_options(request)
             bias = (stream_bias or StreamBias()).bias(request, served, limits)
-            scored = await served.score(
-                batch, options, details=request.return_tokens, deadline=deadline
+            matches = None if bias is None else bias_matches(served.codec, bias, batch)
+            return await served.score_response(
+                request.model,
+                batch,
+                options,
+                details=request.return_tokens,
+                bias=matches,
+                deadline=deadline,
             )
-            if bias is not None:
-                matches = bias_matches(served.codec, bias, batch)
-                return convert.score_response(request.model, scored, matches)
-        return convert.score_response_bytes(request.model, scored)
 
     async def Perplexity(
         self, request: pb.PerplexityRequest, context: RpcContext
@@ -167,20 +168,19 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
 
     async def Generate(
         self, request: pb.GenerateRequest, context: RpcContext
-    ) -> AsyncIterator[pb.GenerateResponse]:
+    ) -> AsyncIterator[bytes]:
+        """GenerateResponse messages as wire bytes, built where the tokens are computed (an
+        engine worker) and written to the call as they are."""
         with use_model(self._models, request.model) as served:
             words = served.token_texts  # alternatives' texts: never raw BPE pieces
             params = generation.generate_params(request, self._limits.generation, len(words))
             prompt = self._prompt(served, request.prompt, request.prompt_token_ids)
             deadline = _deadline(context)
             stream = served.generate(prompt, params, deadline)
-            logprobs, top = params.logprobs, params.top_logprobs
+            render = generation_messages(words, params, deadline)
             try:
-                async for events in stream.batches():
-                    if any(_ended_by_deadline(event, deadline) for event in events):
-                        # The scheduler freed the slot at the deadline; the call itself failed.
-                        raise DeadlineExceeded("Generate did not finish before the deadline")
-                    for message in generation.generate_responses(events, words, logprobs, top):
+                async for messages in stream.messages(render):
+                    for message in messages:
                         yield message
             finally:
                 stream.cancel()  # no-op when finished; frees the slots of a client that left
@@ -257,10 +257,13 @@ def _check_same_options(
         raise InvalidArgument("options", "changed mid-stream; later messages must repeat them")
 
 
-def _ended_by_deadline(event: object, deadline: float | None) -> bool:
-    return (
-        isinstance(event, FinishEvent)
-        and event.reason is FinishReason.CANCELLED
-        and deadline is not None
-        and time.monotonic() >= deadline
-    )
+def generation_messages(words: list[str], params: Any, deadline: float | None) -> MessageRenderer:
+    """How an in-process stream's hand-overs become messages (a worker's come built)."""
+
+    def render(events: list[Event]) -> list[bytes]:
+        if ended_by_deadline(events, deadline):
+            # The scheduler freed the slot at the deadline; the call itself failed.
+            raise DeadlineExceeded("Generate did not finish before the deadline")
+        return serialized_chunk(events, words, params.logprobs, params.top_logprobs).messages
+
+    return render

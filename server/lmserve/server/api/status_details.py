@@ -4,7 +4,7 @@ retry" from "this request will never fit" without parsing the message.
     await context.abort_with_status(overload_status(exc))
 
 Overloaded (a queue is full) carries RetryInfo (how long to wait: the estimate the refusing
-queue made, `engine.retry_estimate`), QuotaFailure (which limit)
+queue made, `worker.retry_estimate`), QuotaFailure (which limit)
 and ErrorInfo (reason QUEUE_FULL, the limit and model); RequestTooLarge carries ErrorInfo
 (reason REQUEST_TOO_LARGE) and QuotaFailure but no RetryInfo. Built from the exception alone:
 nothing runs before the answer goes out.

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from lmserve.server.decoding.scoring import ScoreOptions
-from lmserve.server.engine.limits import RequestLimits
-from lmserve.server.engine.served_model import TextInput
 from lmserve.server.errors import InvalidArgument
+from lmserve.server.front.models.served_model import TextInput
+from lmserve.server.worker.limits import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 

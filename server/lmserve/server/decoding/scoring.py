@@ -32,6 +32,7 @@ from lmserve.server.decoding.detokenize import piece_texts
 from lmserve.server.decoding.perplexity import PerplexityAccumulator, PerplexityStats, perplexity
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.text.codec import TextCodec
+from lmserve.server.text.vocab import Vocabulary
 
 CountArray = npt.NDArray[np.int64]
 
@@ -101,10 +102,11 @@ class PreparedScoring:
         """Positions the backend scores (`</s>` included when eos is on)."""
         return len(self.batch.ids) + (len(self.lengths) if self.options.eos else 0)
 
-    def for_engine(self) -> PreparedScoring:
+    def for_engine(self, finish: bool = False) -> PreparedScoring:
         """What the engine needs to score it (the ids and options), without the words that only
-        `Scorer.finish` reads: less to carry to an engine worker."""
-        if self.words is None and self.word_lists is None:
+        `Scorer.finish` reads, unless the engine finishes it too (`finish`: it builds the
+        response): less to carry to an engine worker."""
+        if finish or (self.words is None and self.word_lists is None):
             return self
         return replace(self, words=None, word_lists=None)
 
@@ -117,15 +119,33 @@ class PreparedScoring:
 class Scorer:
     """Scores texts with one model and the codec it was trained with (ids must agree)."""
 
-    def __init__(self, backend: LanguageModelBackend, codec: TextCodec) -> None:
-        if len(codec.vocab) != len(backend.vocab):
+    def __init__(self, backend: LanguageModelBackend | None, codec: TextCodec) -> None:
+        """`backend` None: a scorer that prepares and finishes only (a front whose models
+        compute in engine workers holds no weights); its scores come from elsewhere."""
+        if backend is not None and len(codec.vocab) != len(backend.vocab):
             raise ValueError(
                 f"the codec has {len(codec.vocab)} tokens, the model {len(backend.vocab)}"
             )
-        self.backend = backend
+        self._backend = backend
         self.codec = codec
         # A word model's tokens are words: counts come free, details name the words as sent.
         self._words = codec.tokens_are_words
+
+    @property
+    def backend(self) -> LanguageModelBackend:
+        """The loaded model (a scorer built without one has none to give)."""
+        if self._backend is None:
+            raise RuntimeError("this scorer has no model loaded: its model computes elsewhere")
+        return self._backend
+
+    @property
+    def has_backend(self) -> bool:
+        return self._backend is not None
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The model's vocabulary (the codec's: the same ids and tokens as the model's)."""
+        return self.codec.vocab
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
         """The words of each text (word-level models, whose tokens they are)."""
@@ -325,7 +345,7 @@ class Scorer:
         oov_mask: npt.NDArray[np.bool_],
         eos: bool,
     ) -> list[TokenDetails]:
-        vocab = self.backend.vocab
+        vocab = self.codec.vocab
         eos_word = vocab.words[vocab.eos_id]
         pieces = self.codec.vocab.words
         result = []

@@ -35,10 +35,12 @@ RECURRENT_KINDS = (ModelKind.RNN, ModelKind.LSTM, ModelKind.GRU, ModelKind.FFNN)
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """What an interpolated model needs of a component: its backend and its manifest."""
+    """What an interpolated model needs of a component: its backend (None where only its
+    vocabulary was read), its manifest and its vocabulary."""
 
-    backend: LanguageModelBackend
+    backend: LanguageModelBackend | None
     manifest: ModelManifest
+    vocab: Vocabulary
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ def _interpolated(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> La
                 f"component {name!r} has tokenizer {component.manifest.tokenizer.model_dump()}, "
                 f"this model {manifest.tokenizer.model_dump()}: components must share it",
             )
+        if component.backend is None:
+            raise ModelLoadError(where, f"component {name!r} was loaded without its weights")
         parts.append((component.backend, weight))
     return InterpolatedBackend(parts)
 
@@ -139,6 +143,35 @@ LOADERS: dict[tuple[ModelKind, ModelFormat], Loader] = {
     **{(kind, ModelFormat.TORCHSCRIPT): _torchscript for kind in RECURRENT_KINDS},
     (ModelKind.INTERPOLATED, ModelFormat.INTERPOLATION): _interpolated,
 }
+
+
+def load_vocabulary(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> Vocabulary:
+    """The model's vocabulary without its weights (what a front that tokenizes but does not
+    compute needs): a neural model's `vocab.txt`; an n-gram binary's word list (a memory map
+    whose tables are never read); an ARPA file's unigrams (ARPA folders hold small models:
+    the file is read once and dropped); a mixture's common vocabulary of its components.
+    The ids are exactly the ones `load_backend` gives."""
+    kind, where = manifest.kind, str(folder / "model.yaml")
+    if kind in RECURRENT_KINDS:
+        from lmserve.server.backends.recurrent import RecurrentSpec, read_vocab
+
+        spec = RecurrentSpec.from_architecture(manifest.architecture, where)
+        return read_vocab(manifest.file_path(folder, "vocab"), spec, manifest.special_tokens)
+    if kind is ModelKind.NGRAM:
+        from lmserve.server.backends.ngram.folder import ngram_vocabulary
+
+        return ngram_vocabulary(folder, manifest)
+    if kind is ModelKind.INTERPOLATED:
+        from lmserve.server.backends.interpolated import common_vocabulary
+
+        vocabs = []
+        for name, _ in interpolation_components(folder, manifest):
+            component = ctx.loaded.get(name)
+            if component is None:
+                raise ModelLoadError(where, f"component {name!r} is not a loaded model")
+            vocabs.append(component.vocab)
+        return common_vocabulary(vocabs)
+    raise ModelLoadError(where, f"kind {kind.value!r} is not supported")
 
 
 def load_backend(

@@ -7,13 +7,14 @@
 A folder that fails (bad manifest, missing file, checksum, malformed model) is kept as FAILED
 with `load_error` naming the file and the reason; the other models still serve. Interpolated
 models load after every other, since they are built from loaded components. The registry only
-loads: serving a loaded model (queues, schedulers, sessions) is `engine.served_model`'s job.
+loads: serving a loaded model (queues, schedulers, sessions) is `front.models.served_model`'s job.
 Each model scores with the codec its manifest's tokenizer names: words (`WordCodec`), characters
 (`CharCodec`, from the escaped `vocab.txt`) or BPE subwords (`BpeCodec`, from `tokenizer.json`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -41,14 +42,17 @@ from lmserve.server.manifest import (
     verify_files,
 )
 from lmserve.server.registry.loaders import (
+    RECURRENT_KINDS,
     LoadContext,
     LoadedModel,
     load_backend,
+    load_vocabulary,
     read_subword_codec,
 )
 from lmserve.server.settings import Settings
 from lmserve.server.text.char import CharCodec
 from lmserve.server.text.codec import TextCodec, WordCodec
+from lmserve.server.text.vocab import Vocabulary
 from lmserve.server.text.word import WordTokenizer
 
 log = logging.getLogger(__name__)
@@ -70,11 +74,19 @@ class ModelEntry:
     scorer: Scorer | None = None
     load_error: str = ""
     load_seconds: float = 0.0
+    # Whether the model computes without the GIL (ONNX Runtime, torch): a neural model, or a
+    # mixture with one.
+    neural: bool = False
 
     @property
     def backend(self) -> LanguageModelBackend | None:
-        """The loaded model, when READY."""
-        return self.scorer.backend if self.scorer else None
+        """The loaded model, when READY and loaded with its weights (`LoadOptions.weights`)."""
+        return self.scorer.backend if self.scorer and self.scorer.has_backend else None
+
+    @property
+    def vocab(self) -> Vocabulary | None:
+        """The model's vocabulary, when READY (with or without its weights)."""
+        return self.scorer.vocab if self.scorer else None
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,9 @@ class LoadOptions:
 
     onnx: OnnxOptions = OnnxOptions()
     allow_torchscript: bool = True
+    # False: the vocabulary, codec and manifest only, no model weights (a front whose models
+    # compute in engine workers: they load the weights, and report a broken file).
+    weights: bool = True
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoadOptions:
@@ -96,6 +111,9 @@ class LoadOptions:
             device_states=settings.onnx_device_states,
         )
         return cls(onnx, allow_torchscript=settings.allow_torchscript)
+
+    def without_weights(self) -> LoadOptions:
+        return dataclasses.replace(self, weights=False)
 
 
 def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
@@ -110,20 +128,20 @@ def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
 def make_codec(
     folder: Path,
     manifest: ModelManifest,
-    backend: LanguageModelBackend,
+    vocab: Vocabulary,
     subword: TextCodec | None = None,
 ) -> TextCodec:
-    """The codec of a loaded model: `subword` (read from a recurrent model's files) or one over
-    the backend's vocabulary (word models; mixtures of character models)."""
+    """The codec of a model: `subword` (read from a recurrent model's files) or one over the
+    model's vocabulary (word models; mixtures of character models)."""
     if subword is not None:
         return subword
     spec = manifest.tokenizer
     tokenizer = make_tokenizer(folder, manifest)
     if spec.kind is TokenizerKind.WORD:
         # Built once per model: the C word index when the tokenizer's rule allows it.
-        return WordCodec(tokenizer, backend.vocab)
+        return WordCodec(tokenizer, vocab)
     if spec.kind is TokenizerKind.CHARACTER and manifest.kind is ModelKind.INTERPOLATED:
-        return CharCodec(backend.vocab, lowercase=spec.lowercase, pattern=spec.pattern)
+        return CharCodec(vocab, lowercase=spec.lowercase, pattern=spec.pattern)
     raise ModelLoadError(
         str(folder / "model.yaml"),
         f"a {spec.kind.value} tokenizer is not served for {manifest.kind.value} models",
@@ -135,35 +153,45 @@ def load_entry(
     options: LoadOptions | None = None,
     loaded: dict[str, ModelEntry] | None = None,
 ) -> ModelEntry:
-    """Validates, verifies and loads one model folder; never raises for a broken model."""
+    """Validates, verifies and loads one model folder; never raises for a broken model.
+
+    Without weights (`options.weights` False) only the manifest, the tokenizer files and the
+    vocabulary are read: checksums and the model files are the loading worker's to check."""
     options = options or LoadOptions()
     started = time.perf_counter()
     manifest: ModelManifest | None = None
     try:
         manifest = read_manifest(folder)
-        verify_files(folder, manifest)
+        if options.weights:
+            verify_files(folder, manifest)
         make_tokenizer(folder, manifest)  # a bad pattern fails before anything loads
         subword = read_subword_codec(folder, manifest)
         components = {
-            e.name: LoadedModel(e.backend, e.manifest)
+            e.name: LoadedModel(e.backend, e.manifest, e.vocab)
             for e in (loaded or {}).values()
-            if e.backend is not None and e.manifest is not None
+            if e.vocab is not None and e.manifest is not None
         }
-        backend = load_backend(
-            folder,
-            manifest,
-            LoadContext(options.onnx, components, allow_torchscript=options.allow_torchscript),
-            vocab=subword.vocab if subword is not None else None,
-        )
-        _check_special_tokens(folder, manifest, backend)
-        codec = make_codec(folder, manifest, backend, subword)
+        context = LoadContext(options.onnx, components, allow_torchscript=options.allow_torchscript)
+        backend: LanguageModelBackend | None = None
+        if options.weights:
+            backend = load_backend(
+                folder, manifest, context, vocab=subword.vocab if subword is not None else None
+            )
+            vocab = backend.vocab
+        else:
+            vocab = (
+                subword.vocab if subword is not None else load_vocabulary(folder, manifest, context)
+            )
+        _check_special_tokens(folder, manifest, vocab)
+        codec = make_codec(folder, manifest, vocab, subword)
     except ModelLoadError as exc:
         name = manifest.name if manifest else folder.name
         log.error("model %s failed to load: %s", name, exc)
         error = client_load_error(folder, exc)
         return ModelEntry(name, folder, ModelState.FAILED, manifest, load_error=error)
     seconds = time.perf_counter() - started
-    log.info("model %s loaded from %s in %.2f s", manifest.name, folder, seconds)
+    what = "loaded" if options.weights else "read (vocabulary and codec; weights in its worker)"
+    log.info("model %s %s from %s in %.2f s", manifest.name, what, folder, seconds)
     return ModelEntry(
         manifest.name,
         folder,
@@ -171,7 +199,17 @@ def load_entry(
         manifest,
         scorer=Scorer(backend, codec),
         load_seconds=seconds,
+        neural=_neural(manifest, loaded or {}),
     )
+
+
+def _neural(manifest: ModelManifest, loaded: dict[str, ModelEntry]) -> bool:
+    """Whether the model computes in ONNX Runtime or torch (a recurrent model, or a mixture
+    with one): such a model's compute releases the GIL."""
+    if manifest.kind is ModelKind.INTERPOLATED:
+        names = [c.get("model") for c in manifest.architecture.get("components", [])]
+        return any(loaded[n].neural for n in names if isinstance(n, str) and n in loaded)
+    return manifest.kind in RECURRENT_KINDS
 
 
 def client_load_error(folder: Path, exc: ModelLoadError) -> str:
@@ -198,10 +236,7 @@ def _is_interpolated(folder: Path) -> bool:
         return False
 
 
-def _check_special_tokens(
-    folder: Path, manifest: ModelManifest, backend: LanguageModelBackend
-) -> None:
-    vocab = backend.vocab
+def _check_special_tokens(folder: Path, manifest: ModelManifest, vocab: Vocabulary) -> None:
     specials = manifest.special_tokens
     for role, word, model_id in (
         ("bos", specials.bos, vocab.bos_id),

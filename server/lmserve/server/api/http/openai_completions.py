@@ -202,9 +202,7 @@ async def _alternatives(
         logprobs=True,
         top_logprobs=count,
     )
-    messages = cast(
-        AsyncGenerator[pb.GenerateResponse, None], servicer.Generate(request, NoDeadline())
-    )
+    messages = generate_messages(servicer, request)
     async with contextlib.aclosing(messages):
         async for message in messages:
             for token in message.tokens:
@@ -225,8 +223,7 @@ async def prompt_steps(
     generating = body.max_tokens != 0
     messages: AsyncGenerator[pb.GenerateResponse, None] | None = None
     if generating:
-        generate = servicer.Generate(generate_request(body, prompt), NoDeadline())
-        messages = cast(AsyncGenerator[pb.GenerateResponse, None], generate)  # an async def
+        messages = generate_messages(servicer, generate_request(body, prompt))
     async with contextlib.AsyncExitStack() as stack:
         head = None
         if messages is not None:
@@ -319,3 +316,14 @@ async def _pump(
         await queue.put(None)
     except Exception as exc:
         await queue.put(exc)
+
+
+async def generate_messages(
+    servicer: LanguageModelServicer, request: pb.GenerateRequest
+) -> AsyncGenerator[pb.GenerateResponse, None]:
+    """Generate's messages parsed from the wire bytes the engine built: the one place this
+    front reads them, since it speaks JSON."""
+    stream = cast(AsyncGenerator[bytes, None], servicer.Generate(request, NoDeadline()))
+    async with contextlib.aclosing(stream):
+        async for data in stream:
+            yield pb.GenerateResponse.FromString(data)

@@ -1,12 +1,16 @@
 """Writes an n-gram model folder: `model.lmbin`, optionally the source ARPA and a tokenizer file,
-and `model.yaml`."""
+and `model.yaml`; loads one (whole, or its vocabulary alone)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+from lmserve.server.backends.base import Vocabulary
+from lmserve.server.backends.ngram.arpa_import import import_arpa
+from lmserve.server.backends.ngram.binary import BinaryVersionError, load_tables
 from lmserve.server.backends.ngram.model import Kernel, NgramModel
+from lmserve.server.backends.ngram.tables import BOS, EOS, UNK
 from lmserve.server.manifest import (
     FileEntry,
     ModelFormat,
@@ -35,6 +39,23 @@ def load_model_folder_binary(
     folder = Path(folder)
     arpa = manifest.file_path(folder, "arpa") if "arpa" in manifest.files else None
     return NgramModel.load(manifest.file_path(folder, "model"), kernel=kernel, arpa_fallback=arpa)
+
+
+def ngram_vocabulary(folder: Path, manifest: ModelManifest) -> Vocabulary:
+    """The model's vocabulary without its tables (a front that only tokenizes): a binary's
+    word list from its memory map (the tables' pages are never read), or an ARPA file's
+    unigrams (read once and dropped). The same ids `NgramModel` gives."""
+    if manifest.format is ModelFormat.NGRAM_BINARY:
+        try:
+            words = load_tables(manifest.file_path(folder, "model")).vocab
+        except BinaryVersionError:
+            if "arpa" not in manifest.files:
+                raise
+            words = import_arpa(manifest.file_path(folder, "arpa")).vocab
+    else:
+        key = "arpa" if "arpa" in manifest.files else "model"
+        words = import_arpa(manifest.file_path(folder, key)).vocab
+    return Vocabulary.from_words(words, unk=UNK, bos=BOS, eos=EOS, distinct=True)
 
 
 def storage_of(model: NgramModel) -> NgramStorage:

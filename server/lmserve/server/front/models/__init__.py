@@ -1,0 +1,1 @@
+"""The front's side of each model: its codec, limits and engine (`ServedModel`)."""

@@ -1,0 +1,1 @@
+"""The front's ends of the engine worker processes: start, supervise, call."""

@@ -1,0 +1,162 @@
+"""Starting an engine worker process and waiting until it serves.
+
+    launched = launch(spec)              # python -m ...worker_process FD, spec sent on FD
+    handshake(launched, timeout=120.0)   # READY, or WorkerStartError with the reason
+
+A worker is a fresh interpreter (0.4 s of imports before its model loads), never a fork of the
+front: it inherits none of the front's threads, sockets or gRPC state, and nothing of the
+program that embeds the server (multiprocessing's fork server would import that program's main
+module into every worker). Blocking throughout: call off the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmserve.server.manifest import ModelKind, find_manifest, read_manifest
+from lmserve.server.registry.loaders import interpolation_components
+from lmserve.server.registry.repository import LoadOptions
+from lmserve.server.settings import Settings
+from lmserve.server.shared import protocol
+from lmserve.server.worker.process import WorkerSpec
+
+_WORKER_MODULE = "lmserve.server.worker.process"
+# Socket buffers: a large scoring request or reply is written in few system calls.
+_SOCKET_BUFFER_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How workers are started and how often one may die before its model is failed."""
+
+    load_options: LoadOptions = LoadOptions()
+    start_timeout_seconds: float = 120.0
+    max_restarts: int = 5
+    restart_window_seconds: float = 60.0
+    niceness: int = 10
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkerSettings:
+        return cls(
+            load_options=LoadOptions.from_settings(settings),  # with the weights: it computes
+            start_timeout_seconds=settings.worker_start_timeout_seconds,
+            max_restarts=settings.worker_max_restarts,
+            restart_window_seconds=settings.worker_restart_window_seconds,
+            niceness=settings.worker_niceness,
+            log_level=settings.log_level,
+            log_format=settings.log_format,
+        )
+
+
+class WorkerStartError(Exception):
+    """A worker did not become READY: it failed to load its model, died, or timed out."""
+
+
+class ModelLoadFailed(WorkerStartError):
+    """The worker could not load its model (a broken file): the load error as clients see it.
+    Restarting cannot help; the model is FAILED until a reload."""
+
+
+@dataclass
+class Launched:
+    """A started worker: its process, the front's end of its socket, and (once READY) where
+    other fronts connect to it."""
+
+    process: subprocess.Popen[bytes]
+    sock: socket.socket
+    address: str = ""
+
+
+def launch(spec: WorkerSpec) -> Launched:
+    """Starts the worker and sends it its spec; `handshake` waits for it to be READY."""
+    front, back = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    for sock in (front, back):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER_BYTES)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", _WORKER_MODULE, str(back.fileno())],
+            pass_fds=[back.fileno()],
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        back.close()  # the worker has its own copy now
+    front.sendall(protocol.encode(protocol.Start.of(spec)))
+    return Launched(process, front)
+
+
+def handshake(launched: Launched, timeout: float) -> None:
+    """Blocks until the worker is READY; `ModelLoadFailed` when its model did not load,
+    WorkerStartError when it died or timed out. The socket is non-blocking afterwards, for
+    the event loop."""
+    sock = launched.sock
+    sock.settimeout(timeout)
+    try:
+        first = protocol.recv_frame(sock, protocol.decoder(protocol.TO_FRONT))
+    except TimeoutError:
+        launched.process.kill()
+        sock.close()
+        raise WorkerStartError("its engine worker did not start in time") from None
+    except OSError:
+        first = None
+    if not isinstance(first, protocol.Ready):
+        wait_exit(launched.process, 2.0)
+        sock.close()
+        if isinstance(first, protocol.Failed):
+            raise ModelLoadFailed(first.reason)
+        why = exit_description(launched.process)
+        raise WorkerStartError(f"its engine worker failed to start: {why}")
+    launched.address = first.address
+    sock.setblocking(False)
+
+
+def model_folders(folder: Path) -> tuple[Path, ...]:
+    """The folders a worker loads for the model in `folder`: a mixture's components (found
+    beside it by name, recursively) first, the model last."""
+    if read_manifest(folder).kind is not ModelKind.INTERPOLATED:
+        return (folder,)
+    siblings: dict[str, Path] = {}
+    for sibling in sorted(p for p in folder.parent.iterdir() if p.is_dir()):
+        if find_manifest(sibling) is not None:
+            with contextlib.suppress(Exception):  # a broken sibling is no component
+                siblings.setdefault(read_manifest(sibling).name, sibling)
+    out: list[Path] = []
+
+    def add(model: Path) -> None:
+        manifest = read_manifest(model)
+        if manifest.kind is ModelKind.INTERPOLATED:
+            for name, _ in interpolation_components(model, manifest):
+                if name in siblings:
+                    add(siblings[name])
+        if model not in out:
+            out.append(model)
+
+    add(folder)
+    return tuple(out)
+
+
+def wait_exit(process: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """The exit status within `timeout` s, else None (still running)."""
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def exit_description(process: subprocess.Popen[bytes]) -> str:
+    code = process.poll()
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with status {code}"

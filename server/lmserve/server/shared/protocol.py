@@ -1,0 +1,453 @@
+"""The front/worker protocol as declared message types (msgspec Structs), one per frame.
+
+    sock.sendall(encode(ScoreCall(rid, work, deadline)))          # any side
+    for message in FrameReader(TO_FRONT).feed(data): ...           # asyncio side
+    message = recv_frame(sock, TO_WORKER)                          # blocking side
+
+A frame is a 4-byte little-endian length and a MessagePack-encoded Struct; each Struct carries
+its type as a tag, so a receiver decodes into exactly the declared types and dispatches on the
+type (`match`), never on a method name. Arrays travel as `Array` (dtype, shape, bytes); the
+engine's plain dataclasses (`GenerateParams`, `BeamParams`, `CompleteEdit`, `CompleteAnswer`,
+beam `Hypothesis`) are declared types msgspec encodes as they are; errors cross as
+`ErrorInfo` and are rebuilt as the same `lmserve.server.errors` class.
+
+Pickle remains in two places, both frames that are not on a request's path: the worker's start
+(`Start`: the `WorkerSpec` with its settings objects and paths, once per worker) and a scrape's
+engine statistics (`MetricsReply`: `EngineStats` with its histograms, once per /metrics scrape).
+
+What a Generate stream and a Score reply carry is already the response's protobuf bytes
+(`StreamChunk.messages`, `ScoreReply.response`), built in the worker where the tokens were
+computed: the front hands them to gRPC as they are.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server import errors
+from lmserve.server.backends.base import BatchScores, EncodedBatch
+from lmserve.server.decoding.beam import Hypothesis
+from lmserve.server.decoding.params import BeamParams, GenerateParams
+from lmserve.server.decoding.scoring import PreparedScoring, ScoreOptions
+from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
+
+_HEADER = struct.Struct("<I")
+
+
+class Array(msgspec.Struct, array_like=True, frozen=True):
+    """A numpy array's bytes with its dtype and shape."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+    @classmethod
+    def of(cls, array: npt.ArrayLike) -> Array:
+        a = np.ascontiguousarray(array)
+        return cls(a.dtype.str, tuple(a.shape), a.tobytes())
+
+    def numpy(self) -> npt.NDArray[Any]:
+        return np.frombuffer(self.data, dtype=np.dtype(self.dtype)).reshape(self.shape)
+
+
+def optional_array(array: npt.ArrayLike | None) -> Array | None:
+    return None if array is None else Array.of(array)
+
+
+class ErrorInfo(msgspec.Struct, array_like=True, frozen=True):
+    """An exception: its `errors` class name (else a fault), message and attributes."""
+
+    kind: str
+    message: str
+    attributes: dict[str, Any] = {}
+
+    @classmethod
+    def of(cls, exc: BaseException) -> ErrorInfo:
+        if isinstance(exc, errors.LmServeError):
+            plain = {
+                k: v for k, v in exc.__dict__.items() if isinstance(v, str | int | float | None)
+            }
+            return cls(type(exc).__name__, str(exc), plain)
+        return cls("", f"{type(exc).__name__}: {exc}")
+
+    def error(self) -> BaseException:
+        """The exception as the front raises it: the same class where it is one of ours, a
+        RuntimeError (answered INTERNAL) for a fault in model code."""
+        kind = getattr(errors, self.kind, None) if self.kind else None
+        if not (isinstance(kind, type) and issubclass(kind, errors.LmServeError)):
+            return RuntimeError(self.message)
+        exc = kind.__new__(kind)
+        exc.args = (self.message,)
+        exc.__dict__.update(self.attributes)
+        return exc
+
+
+# -- front -> worker ---------------------------------------------------------------------------
+
+
+class ScoringWork(msgspec.Struct, array_like=True, frozen=True):
+    """A prepared scoring request (`decoding.scoring.PreparedScoring`) as arrays."""
+
+    ids: Array
+    offsets: Array
+    oov: Array
+    oov_counts: Array
+    lengths: Array
+    bos: bool
+    eos: bool
+    details: bool
+    oov_log_probs: bool
+    per_token: bool
+    words: list[int] | None = None
+    word_lists: list[list[str]] | None = None
+
+
+class BiasFound(msgspec.Struct, array_like=True, frozen=True):
+    """A text's bias matches (`decoding.bias.BiasMatch`)."""
+
+    boost: float
+    phrases: list[int]
+
+
+class ScoreCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """Scores; the reply is `BatchScoresReply`."""
+
+    rid: int
+    work: ScoringWork
+    deadline: float | None
+
+
+class ScoreResponseCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """Score's whole answer: the reply is the ScoreResponse's wire bytes (`ScoreReply`)."""
+
+    rid: int
+    work: ScoringWork
+    model: str
+    bias: list[BiasFound] | None
+    deadline: float | None
+
+
+class PrefixTotalsCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+    ids: Array
+    offsets: Array
+    eos: bool
+    deadline: float | None
+
+
+class BeamSearchCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+    prompt_ids: list[int]
+    params: BeamParams
+    deadline: float | None
+
+
+class CompleteCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+    edit: CompleteEdit
+
+
+class MetricsCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+
+
+class Cancel(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """The caller of `rid` left: stop its work."""
+
+    rid: int
+
+
+class Generate(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """Opens stream `sid`: its chunks come back as `StreamChunk`s in `Events` frames."""
+
+    sid: int
+    prompt_ids: list[int]
+    params: GenerateParams
+    deadline: float | None
+    arrived: float
+
+
+class StreamCancel(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    sid: int
+
+
+class Taken(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """Backpressure: the front's handler of `sid` has taken `taken` events so far."""
+
+    sid: int
+    taken: int
+
+
+class Stop(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """Close the engine and exit."""
+
+
+class Start(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """The first frame: the pickled `WorkerSpec` (sent once; see the module doc)."""
+
+    spec: bytes
+
+    @classmethod
+    def of(cls, spec: Any) -> Start:
+        return cls(pickle.dumps(spec, protocol=5))
+
+    def worker_spec(self) -> Any:
+        return pickle.loads(self.spec)
+
+
+ToWorker = (
+    ScoreCall
+    | ScoreResponseCall
+    | PrefixTotalsCall
+    | BeamSearchCall
+    | CompleteCall
+    | MetricsCall
+    | Cancel
+    | Generate
+    | StreamCancel
+    | Taken
+    | Stop
+    | Start
+)
+
+# -- worker -> front ---------------------------------------------------------------------------
+
+
+class Ready(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """The model is loaded; other fronts connect at `address` (empty: none may)."""
+
+    pid: int
+    address: str = ""
+
+
+class Failed(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """The model did not load; `reason` is its load error as clients see it."""
+
+    reason: str
+
+
+class BatchScoresReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """`backends.base.BatchScores`."""
+
+    rid: int
+    totals: Array
+    token_log_probs: Array | None = None
+    token_offsets: Array | None = None
+    ngram_lengths: Array | None = None
+
+
+class ScoreReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """A ScoreResponse as wire bytes, and the positions scored (for the front's metrics)."""
+
+    rid: int
+    response: bytes
+    texts: int
+    tokens: int
+
+
+class PrefixTotalsReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+    totals: Array
+    computed: int
+
+
+class BeamSearchReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+    hypotheses: list[Hypothesis]
+
+
+class CompleteReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+    answer: CompleteAnswer
+
+
+class MetricsReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """The engine's statistics, pickled (see the module doc)."""
+
+    rid: int
+    stats: bytes
+
+
+class ErrorReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+    error: ErrorInfo
+
+
+class StreamChunk(msgspec.Struct, array_like=True, frozen=True):
+    """One stream's hand-over: GenerateResponse wire bytes, the events they hold (for
+    backpressure), how many samples ended in them, whether the last message is still open
+    (no sample ended in it: a later chunk's first message may be merged into it), whether the
+    stream ends here, and the error that ends it instead."""
+
+    sid: int
+    messages: list[bytes]
+    events: int
+    finished: int
+    open_tail: bool
+    last: bool
+    error: ErrorInfo | None = None
+
+
+class Events(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """One scheduler hand-over: every stream's chunk, in one frame."""
+
+    chunks: list[StreamChunk]
+
+
+class Parked(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """Backpressure: stream `sid` was parked (True) or resumed (False)."""
+
+    sid: int
+    parked: bool
+
+
+ToFront = (
+    Ready
+    | Failed
+    | BatchScoresReply
+    | ScoreReply
+    | PrefixTotalsReply
+    | BeamSearchReply
+    | CompleteReply
+    | MetricsReply
+    | ErrorReply
+    | Events
+    | Parked
+)
+Reply = (
+    BatchScoresReply
+    | ScoreReply
+    | PrefixTotalsReply
+    | BeamSearchReply
+    | CompleteReply
+    | MetricsReply
+    | ErrorReply
+)
+
+# -- conversions ---------------------------------------------------------------------------
+
+
+def scoring_work(prepared: PreparedScoring) -> ScoringWork:
+    """A prepared request as the protocol carries it (front side)."""
+    batch = prepared.batch
+    oov_counts = prepared.oov_counts
+    return ScoringWork(
+        Array.of(batch.ids),
+        Array.of(batch.offsets),
+        Array.of(batch.oov),
+        Array.of(oov_counts),
+        Array.of(prepared.lengths),
+        prepared.options.bos,
+        prepared.options.eos,
+        prepared.details,
+        prepared.oov_log_probs,
+        prepared.per_token,
+        None if prepared.words is None else [int(w) for w in prepared.words],
+        None if prepared.word_lists is None else [list(w) for w in prepared.word_lists],
+    )
+
+
+def prepared_of(work: ScoringWork) -> PreparedScoring:
+    """The prepared request back from the protocol (worker side)."""
+    oov_counts = work.oov_counts.numpy()
+    batch = EncodedBatch(
+        ids=work.ids.numpy(),
+        offsets=work.offsets.numpy(),
+        oov=work.oov.numpy(),
+        oov_counts=oov_counts,
+    )
+    return PreparedScoring(
+        batch=batch,
+        lengths=work.lengths.numpy(),
+        words=work.words,
+        word_lists=work.word_lists,
+        options=ScoreOptions(bos=work.bos, eos=work.eos),
+        details=work.details,
+        oov_log_probs=work.oov_log_probs,
+        oov_counts=oov_counts,
+        per_token=work.per_token,
+    )
+
+
+def batch_scores_reply(rid: int, scores: BatchScores) -> BatchScoresReply:
+    return BatchScoresReply(
+        rid,
+        Array.of(scores.totals),
+        optional_array(scores.token_log_probs),
+        optional_array(scores.token_offsets),
+        optional_array(scores.ngram_lengths),
+    )
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    """One frame: its length, then the message."""
+    payload = _encoder.encode(message)
+    return _HEADER.pack(len(payload)) + payload
+
+
+def decoder(kind: Any) -> msgspec.msgpack.Decoder[Any]:
+    """A decoder for one direction's messages (`TO_FRONT` or `TO_WORKER`)."""
+    return msgspec.msgpack.Decoder(kind)
+
+
+TO_FRONT: Any = ToFront
+TO_WORKER: Any = ToWorker
+
+
+class FrameReader:
+    """Cuts a byte stream into messages (the asyncio side: bytes arrive in any pieces)."""
+
+    def __init__(self, kind: Any) -> None:
+        self._buffer = bytearray()
+        self._decode = decoder(kind).decode
+
+    def feed(self, data: bytes) -> list[Any]:
+        buffer = self._buffer
+        buffer += data
+        out = []
+        start = 0
+        end = len(buffer)
+        decode = self._decode
+        while end - start >= 4:
+            (size,) = _HEADER.unpack_from(buffer, start)
+            if end - start - 4 < size:
+                break
+            out.append(decode(memoryview(buffer)[start + 4 : start + 4 + size]))
+            start += 4 + size
+        if start:
+            del buffer[:start]
+        return out
+
+
+def recv_frame(sock: socket.socket, decode: msgspec.msgpack.Decoder[Any]) -> Any | None:
+    """One message from a blocking socket; None when the other end closed."""
+    header = _recv_exactly(sock, 4)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    payload = _recv_exactly(sock, size)
+    if payload is None:
+        return None
+    return decode.decode(payload)
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytearray | None:
+    data = bytearray(size)
+    view = memoryview(data)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            return None
+        got += n
+    return data

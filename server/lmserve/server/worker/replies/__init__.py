@@ -1,0 +1,1 @@
+"""Responses built where they are computed: Score's and Generate's protobuf bytes."""
