@@ -47,8 +47,16 @@ def _status(exc: BaseException) -> str:
     return getattr(code, "name", None) or type(exc).__name__
 
 
-def _generate_worker(target: str, streams: int, stop_at: float, results: Any, seed: int) -> None:
-    """Child process: `streams` threads, each running Generate streams back to back."""
+def _generate_worker(
+    target: str,
+    streams: int,
+    stop_at: float,
+    results: Any,
+    seed: int,
+    models: tuple[str, ...] | None = None,
+) -> None:
+    """Child process: `streams` threads, each running Generate streams back to back (over
+    `models` in turn; default the 5-gram, the LSTM and the mix)."""
     from lmserve.client import GeneratedToken, LmServeClient
 
     failures: Counter[str] = Counter()
@@ -58,7 +66,8 @@ def _generate_worker(target: str, streams: int, stop_at: float, results: Any, se
 
     def run(index: int, client: LmServeClient) -> None:
         rng = random.Random(seed * 1000 + index)
-        model = (NGRAM, LSTM, MIX)[index % 3]
+        choices = models or (NGRAM, LSTM, MIX)
+        model = choices[index % len(choices)]
         while time.monotonic() < stop_at:
             prompt = " ".join(rng.choice(prompts).split()[:6])
             tokens = 0
