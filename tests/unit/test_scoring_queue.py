@@ -147,6 +147,58 @@ def test_a_short_request_waits_for_one_unit_not_the_whole_long_one(ngram: NgramM
     assert len(gated.passes) == 21
 
 
+class LongPassBackend:
+    """A real backend whose passes of more than one row are held until the test lets them
+    go: a long request's pass in flight, for as long as the test needs."""
+
+    def __init__(self, inner: LanguageModelBackend) -> None:
+        self.inner = inner
+        self.vocab = inner.vocab
+        self.long_entered = threading.Event()
+        self.release = threading.Event()
+        self.rows: list[int] = []
+
+    def score(
+        self, batch: EncodedBatch, *, bos: bool = True, eos: bool = True, per_token: bool = False
+    ) -> BatchScores:
+        if batch.batch_size > 1:
+            self.long_entered.set()
+            self.release.wait(10)
+        self.rows.append(batch.batch_size)
+        return self.inner.score(batch, bos=bos, eos=eos, per_token=per_token)
+
+
+@pytest.mark.parametrize("lane", [True, False])
+def test_the_interactive_lane_serves_a_short_request_during_a_long_pass(
+    ngram: NgramModel, lane: bool
+) -> None:
+    backend = LongPassBackend(ngram)
+    scorer = _scorer(backend)  # type: ignore[arg-type]
+    limits = ScoringLimits(unit_tokens=64, unit_rows=32)
+
+    async def main() -> tuple[bool, BatchScores, BatchScores]:
+        queue = ScoringQueue("toy", backend, limits, interactive_lane=lane)  # type: ignore[arg-type]
+        try:
+            long = asyncio.create_task(queue.score(_prepared(scorer, 400)))
+            await asyncio.to_thread(backend.long_entered.wait, 10)
+            short = asyncio.create_task(queue.score(_prepared(scorer, 1, "b c")))
+            # With the lane, the short request is answered while the long pass is held.
+            done, _ = await asyncio.wait({short}, timeout=2.0)
+            answered_during = short in done
+            backend.release.set()
+            return answered_during, await short, await long
+        finally:
+            backend.release.set()
+            queue.close()
+
+    answered_during, short, long = asyncio.run(main())
+    assert answered_during is lane
+    direct_short = ngram.score(_prepared(scorer, 1, "b c").batch)
+    np.testing.assert_allclose(short.totals, direct_short.totals)
+    direct_long = ngram.score(_prepared(scorer, 400).batch)
+    np.testing.assert_allclose(long.totals, direct_long.totals)
+
+
 def test_concurrent_requests_share_a_pass(ngram: NgramModel) -> None:
     gated = GatedBackend(ngram)
     scorer = _scorer(gated)  # type: ignore[arg-type]

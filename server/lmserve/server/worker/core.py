@@ -90,6 +90,8 @@ class EngineCore:
             limits.scoring,
             stats,
             foreground=self.foreground,
+            # Neural passes release the GIL: a short request's may run beside a long one's.
+            interactive_lane=self.stepper.releases_gil,
         )
         self._scheduler: GenerationScheduler | None = None
         self._lock = threading.Lock()

@@ -39,6 +39,9 @@ class Job:
     skipped: int = 0
     # Positions not yet handed to a pass.
     remaining: int = 0
+    # The thread whose passes serve it once one did (the main one, 0, or the interactive
+    # lane, 1): two threads never run units of one request.
+    lane: int | None = None
 
     def __post_init__(self) -> None:
         self.remaining = self.tokens
@@ -78,6 +81,7 @@ class StepJob:
     skipped: int = 0
     # Busy time of its steps so far (its throughput is measured when it ends).
     seconds: float = 0.0
+    lane: int | None = 0  # the main thread's always
 
     @property
     def remaining(self) -> int:

@@ -19,6 +19,13 @@ one unit) with the same options and similar lengths ride in the same pass while 
 `unit_tokens`, so concurrent small requests share forward passes, batched by length; a long
 request's units never ride in another's pass (they would only make it slower).
 
+The interactive lane (neural models): a pass of a long request holds the model for tens of
+milliseconds, and a one-sentence Score that arrives during it would wait for all of it. A second
+thread takes only interactive requests (a few units at most), and only while the main thread
+runs a long request's pass: the short pass runs beside the long one (ONNX Runtime and torch run
+concurrent calls on one session), so a small request waits for no long pass, only for the
+cores. A request's units all run on the thread that took its first one.
+
 Cancellation and deadlines: a request whose caller went away or whose deadline passed is
 dropped before its next unit. n-gram work that is cheaper than a hop (a few thousand lookups,
 tens of microseconds) never comes here: `ServedModel` runs it in the front
@@ -94,6 +101,7 @@ class ScoringQueue:
         stats: EngineStats | None = None,
         *,
         foreground: Foreground | None = None,
+        interactive_lane: bool = False,
     ) -> None:
         self.model = model
         self.backend = backend
@@ -111,10 +119,18 @@ class ScoringQueue:
         self.passes = 0  # forward passes run (tests, metrics)
         # Positions scored per busy second: a refused caller is told how long the queue needs.
         self.throughput = Throughput()
+        # Set while the main thread runs a long request's pass: the lane may run beside it.
+        self._long_pass = False
         self._thread = threading.Thread(
             target=self._run, name=f"lmserve-score-{model}", daemon=True
         )
         self._thread.start()
+        self._lane: threading.Thread | None = None
+        if interactive_lane:
+            self._lane = threading.Thread(
+                target=self._run_lane, name=f"lmserve-score-lane-{model}", daemon=True
+            )
+            self._lane.start()
 
     # -- the caller's side -------------------------------------------------------------------
 
@@ -156,7 +172,7 @@ class ScoringQueue:
                 )
             self._jobs.append(job)
             self._queued_tokens += tokens
-            self._cond.notify()
+            self._cond.notify_all()  # the main thread, or the lane for a short request
 
     def _job(self, prepared: PreparedScoring, deadline: float | None, tokens: int) -> Job:
         batch = prepared.batch
@@ -193,14 +209,17 @@ class ScoringQueue:
         with self._cond:
             self._closed = True
             jobs, self._jobs = list(self._jobs), deque()
-            self._cond.notify()
+            self._cond.notify_all()
         for job in jobs:
             self._fail(job, ModelUnavailable(f"model {self.model!r} is shutting down"))
 
     def join(self, timeout: float) -> None:
         """Waits (at most `timeout` s) for the worker to finish its pass in flight after
         `close`: native model code must not run on while the interpreter shuts down."""
+        deadline = time.monotonic() + timeout
         self._thread.join(timeout)
+        if self._lane is not None:
+            self._lane.join(max(0.0, deadline - time.monotonic()))
 
     # -- the worker thread ---------------------------------------------------------------------
 
@@ -211,29 +230,67 @@ class ScoringQueue:
                     self._cond.wait()
                 if self._closed:
                     return
-                picked = self._pick()
-            jobs = [picked] if isinstance(picked, StepJob) else [job for job, _ in picked]
-            small = all(self.limits.interactive(job.tokens) for job in jobs)
+                picked = self._pick(0)
+                if not picked:  # what waits belongs to the lane
+                    self._cond.wait()
+                    continue
+                jobs = [picked] if isinstance(picked, StepJob) else [job for job, _ in picked]
+                small = all(self.limits.interactive(job.tokens) for job in jobs)
+                self._long_pass = not small
+                if not small:
+                    self._cond.notify_all()  # the lane may now serve short requests beside it
             try:
-                with self._foreground.busy() if small else contextlib.nullcontext():
-                    if isinstance(picked, StepJob):
-                        self._run_step(picked)
-                    elif picked:
-                        self._run_pass(picked)
-            except Exception as exc:  # a bug here must not stop the worker or strand callers
-                log.exception("scoring worker of %s", self.model)
+                self._serve(picked, jobs, small)
+            finally:
                 with self._cond:
-                    for job in jobs:
-                        self._drop(job)
-                for job in jobs:
-                    self._fail(job, exc)
+                    self._long_pass = False
 
-    def _pick(self) -> list[tuple[Job, np.ndarray]] | StepJob:
-        """The next pass: the head unit of the request with the least work left (one that was
-        passed over `MAX_SKIPS` times in a row goes first instead), plus the units of small
-        requests (whose whole remaining work is one unit) with the same options and similar
-        lengths while the pass stays in bounds. Drops cancelled and expired requests.
-        Call with `_cond` held."""
+    def _run_lane(self) -> None:
+        """The interactive lane (see the module doc): short requests beside a long pass."""
+        while True:
+            with self._cond:
+                picked: list[tuple[Job, np.ndarray]] | StepJob = []
+                while not self._closed:
+                    # New requests while a long pass runs; its own ones to the end.
+                    picked = self._pick(1, fresh=self._long_pass)
+                    if picked:
+                        break
+                    self._cond.wait()
+                if self._closed:
+                    return
+            jobs = [picked] if isinstance(picked, StepJob) else [job for job, _ in picked]
+            self._serve(picked, jobs, True)
+
+    def _serve(
+        self,
+        picked: list[tuple[Job, np.ndarray]] | StepJob,
+        jobs: list[Job] | list[StepJob],
+        small: bool,
+    ) -> None:
+        try:
+            with self._foreground.busy() if small else contextlib.nullcontext():
+                if isinstance(picked, StepJob):
+                    self._run_step(picked)
+                elif picked:
+                    self._run_pass(picked)
+        except Exception as exc:  # a bug here must not stop the worker or strand callers
+            log.exception("scoring worker of %s", self.model)
+            with self._cond:
+                for job in jobs:
+                    self._drop(job)
+            for job in jobs:
+                self._fail(job, exc)
+        with self._cond:  # the other thread may take what this one's requests left
+            self._cond.notify_all()
+
+    def _pick(self, lane: int, fresh: bool = True) -> list[tuple[Job, np.ndarray]] | StepJob:
+        """The next pass of `lane` (0: the main thread; 1: the interactive lane, which takes
+        interactive requests only): the head unit of the request with the least work left (one
+        that was passed over `MAX_SKIPS` times in a row goes first instead), plus the units of
+        small requests (whose whole remaining work is one unit) with the same options and
+        similar lengths while the pass stays in bounds. A request another lane serves is left
+        to it; `fresh` False takes only requests this lane already serves. Drops cancelled and
+        expired requests. Call with `_cond` held."""
         now = time.monotonic()
         for job in list(self._jobs):
             if job.cancelled or job.future.done():
@@ -241,22 +298,26 @@ class ScoringQueue:
             elif job.expired(now):
                 self._drop(job)
                 self._fail(job, DeadlineExceeded("Score did not finish before its deadline"))
-        if not self._jobs:
+        pool = [j for j in self._jobs if j.lane == lane or (fresh and j.lane is None)]
+        if lane == 1:
+            pool = [j for j in pool if isinstance(j, Job) and self.limits.interactive(j.tokens)]
+        if not pool:
             return []
-        starved = max(self._jobs, key=lambda j: j.skipped)
+        starved = max(pool, key=lambda j: j.skipped)
         if starved.skipped >= MAX_SKIPS:
             first: Job | StepJob = starved
         else:
-            first = min(self._jobs, key=lambda j: j.remaining)
-        for job in self._jobs:
+            first = min(pool, key=lambda j: j.remaining)
+        for job in pool:
             job.skipped += 1
         first.skipped = 0
         if isinstance(first, StepJob):
             return first
+        first.lane = lane
         picked = [(first, first.take())]
         width = first.width(picked[0][1])
         rows = len(picked[0][1])
-        for job in list(self._jobs):
+        for job in pool:
             if not isinstance(job, Job) or job is first or job.key != first.key:
                 continue
             if len(job.units) != 1:  # a long request's units never ride in others' passes
@@ -272,6 +333,7 @@ class ScoringQueue:
                 continue
             picked.append((job, job.take()))
             job.skipped = 0
+            job.lane = lane
             rows, width = rows + len(head), wide
         for job, _ in picked:
             if not job.units:
