@@ -154,7 +154,8 @@ class Settings(BaseSettings):
     # A worker that dies is restarted (after 0.5 s, doubling up to 8 s); one that died more than
     # this many times within the window marks its model failed instead (GetModel says why).
     worker_max_restarts: int = Field(default=5, ge=0)
-    # Workers run at this niceness above the front's: when both want the two cores, the front
+    # Neural models' workers run at this niceness above the front's (n-gram workers, whose
+    # lookups take microseconds, at the front's): when both want the two cores, the front
     # (network loop, small requests, streams' writes) is scheduled first.
     worker_niceness: int = Field(default=10, ge=0, le=19)
     worker_restart_window_seconds: float = Field(default=60.0, gt=0)

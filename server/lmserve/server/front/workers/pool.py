@@ -85,7 +85,10 @@ class WorkerPool:
             model_folders(entry.folder),
             s.load_options,
             self.limits,
-            niceness=s.niceness,
+            # A model whose work is lookups (n-gram) answers in microseconds and mostly waits
+            # to be scheduled: it runs at the front's priority; neural workers, whose passes
+            # and steps fill the cores, below it.
+            niceness=s.niceness if entry.neural else 0,
             log_level=s.log_level,
             log_format=s.log_format,
             listen_address=(
