@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         import_torchscript,
     )
 
+# The names `lmserve.export.custom` offers, re-exported here.
 __all__ = [
     "BroughtModel",
     "ContractError",
@@ -28,19 +29,10 @@ __all__ = [
     "import_onnx",
     "import_torchscript",
 ]
-_CUSTOM = (
-    "BroughtModel",
-    "ContractError",
-    "ModelContract",
-    "StateSpec",
-    "export_module",
-    "import_onnx",
-    "import_torchscript",
-)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _CUSTOM:
+    if name in __all__:
         from lmserve.export import custom
 
         return getattr(custom, name)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 import numpy as np
 
@@ -156,6 +156,51 @@ def architecture(contract: ModelContract, cell: str, vocab_size: int, fmt: str) 
     return arch
 
 
+class FolderOptions(TypedDict, total=False):
+    """What every way in takes beside the model and its contract: `kind` (rnn, lstm, gru, ffnn:
+    the family GetModel reports), `name` (default: the folder's), `description`, how texts
+    become tokens (`tokenizer` word or character, `lowercase`, `pattern`), the model's special
+    tokens (`bos`, `eos`, `unk`; default `<s>`, `</s>`, `<unk>`), and `overwrite` (replace a
+    model folder)."""
+
+    kind: Cell
+    name: str | None
+    description: str
+    tokenizer: TokenizerName
+    lowercase: bool
+    pattern: str | None
+    bos: str
+    eos: str
+    unk: str
+    overwrite: bool
+
+
+def _vocabulary(vocab: Sequence[str] | str | Path, options: FolderOptions) -> BroughtVocabulary:
+    return read_vocabulary(
+        vocab,
+        tokenizer=options.get("tokenizer", "word"),
+        lowercase=options.get("lowercase", False),
+        pattern=options.get("pattern"),
+        bos=options.get("bos", "<s>"),
+        eos=options.get("eos", "</s>"),
+        unk=options.get("unk", "<unk>"),
+    )
+
+
+def _request(
+    model_dir: str | Path, options: FolderOptions, source: str, created_by: str
+) -> FolderRequest:
+    return FolderRequest(
+        Path(model_dir),
+        name=options.get("name"),
+        kind=options.get("kind", "rnn"),
+        description=options.get("description", ""),
+        source=source,
+        created_by=created_by,
+        overwrite=options.get("overwrite", False),
+    )
+
+
 def _command_line() -> str:
     return " ".join(["lmserve", *sys.argv[1:]]) if sys.argv else "lmserve"
 
@@ -166,34 +211,24 @@ def export_module(
     *,
     vocab: Sequence[str] | str | Path,
     contract: ModelContract,
-    kind: Cell = "rnn",
     format: Format = "onnx",
-    name: str | None = None,
-    description: str = "",
-    tokenizer: TokenizerName = "word",
-    lowercase: bool = False,
-    pattern: str | None = None,
-    bos: str = "<s>",
-    eos: str = "</s>",
-    unk: str = "<unk>",
-    overwrite: bool = False,
     opset: int = 17,
+    **options: Unpack[FolderOptions],
 ) -> BroughtModel:
     """Writes a model folder the server serves with every RPC, from a team's own torch module.
 
     The module follows `lmserve.export.custom.contract`: `forward(tokens [B, T], *states) ->
     (logits or log-probs [B, T, V], *new_states)`, its states described by `contract`
     (names, shapes with "batch" where the batch goes, dtypes). `vocab` is its token list (id =
-    position), a `vocab.txt`, or a `tokenizer.json`. Raises `ContractError` naming the part of
-    the contract the module breaks, or the parity figure that failed (1e-4 nats).
+    position), a `vocab.txt`, or a `tokenizer.json`; `options` are `FolderOptions`. Raises
+    `ContractError` naming the part of the contract the module breaks, or the parity figure
+    that failed (1e-4 nats).
     """
     import torch
 
     from lmserve.export.custom.torch_graphs import ServedAdapter, export_onnx, export_torchscript
 
-    vocabulary = read_vocabulary(
-        vocab, tokenizer=tokenizer, lowercase=lowercase, pattern=pattern, bos=bos, eos=eos, unk=unk
-    )
+    vocabulary = _vocabulary(vocab, options)
     if not isinstance(module, torch.nn.Module):
         raise ContractError("module", f"expected a torch.nn.Module, got {type(module).__name__}")
     was_training = module.training
@@ -206,15 +241,8 @@ def export_module(
             return export_onnx(adapter, staging, size, bos_id, opset)
         return export_torchscript(adapter, staging, size, bos_id)
 
-    request = FolderRequest(
-        Path(model_dir),
-        name=name,
-        kind=kind,
-        description=description,
-        source=f"python module {type(module).__module__}.{type(module).__qualname__}",
-        created_by="lmserve.export.export_module",
-        overwrite=overwrite,
-    )
+    source = f"python module {type(module).__module__}.{type(module).__qualname__}"
+    request = _request(model_dir, options, source, "lmserve.export.export_module")
     try:
         return write_brought_folder(
             request, torch_team_model(adapter), contract, vocabulary, format, write
@@ -244,16 +272,7 @@ def import_onnx(
     *,
     vocab: Sequence[str] | str | Path,
     contract: ModelContract,
-    kind: Cell = "rnn",
-    name: str | None = None,
-    description: str = "",
-    tokenizer: TokenizerName = "word",
-    lowercase: bool = False,
-    pattern: str | None = None,
-    bos: str = "<s>",
-    eos: str = "</s>",
-    unk: str = "<unk>",
-    overwrite: bool = False,
+    **options: Unpack[FolderOptions],
 ) -> BroughtModel:
     """A team's ONNX file as it is -> a served folder (its graph wrapped, see onnx_graphs)."""
     from lmserve.export.custom.onnx_graphs import (
@@ -264,9 +283,7 @@ def import_onnx(
     )
     from lmserve.export.custom.torch_graphs import write_graphs
 
-    vocabulary = read_vocabulary(
-        vocab, tokenizer=tokenizer, lowercase=lowercase, pattern=pattern, bos=bos, eos=eos, unk=unk
-    )
+    vocabulary = _vocabulary(vocab, options)
     path = Path(onnx_file)
     view = inspect_graph(load_graph(path), contract, len(vocabulary.tokens))
     team = OnnxTeamModel(view, contract)
@@ -275,15 +292,8 @@ def import_onnx(
         graphs = [wrap_graph(view, contract, graph) for graph in ("step", "score")]
         return write_graphs(graphs, staging)
 
-    request = FolderRequest(
-        Path(model_dir),
-        name=name,
-        kind=kind,
-        description=description,
-        source=f"onnx {path.name} sha256:{sha256_of(path)}",
-        created_by=_command_line(),
-        overwrite=overwrite,
-    )
+    source = f"onnx {path.name} sha256:{sha256_of(path)}"
+    request = _request(model_dir, options, source, _command_line())
     return write_brought_folder(request, team, contract, vocabulary, "onnx", write)
 
 
@@ -293,25 +303,14 @@ def import_torchscript(
     *,
     vocab: Sequence[str] | str | Path,
     contract: ModelContract,
-    kind: Cell = "rnn",
-    name: str | None = None,
-    description: str = "",
-    tokenizer: TokenizerName = "word",
-    lowercase: bool = False,
-    pattern: str | None = None,
-    bos: str = "<s>",
-    eos: str = "</s>",
-    unk: str = "<unk>",
-    overwrite: bool = False,
+    **options: Unpack[FolderOptions],
 ) -> BroughtModel:
     """A team's TorchScript file (`torch.jit.save`) as it is -> a served folder: its code is
     called, not rewritten, by the traced `model.ts` (step and score)."""
     from lmserve.export.custom.torch_graphs import ServedAdapter, export_torchscript
     from lmserve.export.rnn.to_torchscript import load_torchscript
 
-    vocabulary = read_vocabulary(
-        vocab, tokenizer=tokenizer, lowercase=lowercase, pattern=pattern, bos=bos, eos=eos, unk=unk
-    )
+    vocabulary = _vocabulary(vocab, options)
     path = Path(script_file)
     if not path.is_file():
         raise ContractError("file", f"{path}: no such TorchScript file")
@@ -323,15 +322,8 @@ def import_torchscript(
         ) from exc
     adapter = ServedAdapter(module, contract).eval()
     size, bos_id = len(vocabulary.tokens), vocabulary.vocab.bos_id
-    request = FolderRequest(
-        Path(model_dir),
-        name=name,
-        kind=kind,
-        description=description,
-        source=f"torchscript {path.name} sha256:{sha256_of(path)}",
-        created_by=_command_line(),
-        overwrite=overwrite,
-    )
+    source = f"torchscript {path.name} sha256:{sha256_of(path)}"
+    request = _request(model_dir, options, source, _command_line())
     return write_brought_folder(
         request,
         torch_team_model(adapter),
