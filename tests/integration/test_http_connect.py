@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import struct
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -307,3 +308,46 @@ def test_tls_serves_https_with_the_grpc_ports_certificate(
             assert json.loads(response.read())["results"][0]["tokenCount"] == 5
         with pytest.raises(OSError):  # plaintext is not served on a TLS port
             urllib.request.urlopen(f"http://localhost:{server.http_port}/healthz", timeout=10)
+
+
+def _end_of(data: bytes) -> dict[str, Any]:
+    """The end-of-stream object of a Connect streaming answer (its last envelope)."""
+    offset, end = 0, {}
+    while offset + 5 <= len(data):
+        flags, length = struct.unpack_from(">BI", data, offset)
+        if flags & 0x02:
+            end = json.loads(data[offset + 5 : offset + 5 + length])
+        offset += 5 + length
+    return end
+
+
+@pytest.mark.parametrize("method", ["ScoreStream", "RerankStream", "CorpusPerplexity", "Complete"])
+@pytest.mark.parametrize("content_type", ["application/connect+json", "application/connect+proto"])
+def test_a_malformed_stream_envelope_is_the_clients_error(
+    port: int, method: str, content_type: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    message = b'{"model": "kjv3"}' if content_type.endswith("json") else b"\x0a\x04kjv3"
+    malformed = {
+        "invalid flags": struct.pack(">BI", 0x7F, len(message)) + message,
+        "truncated envelope": struct.pack(">BI", 0, len(message)) + message[:3],
+        "short header": b"\x00\x00",
+        "length past the end": struct.pack(">BI", 0, 9999) + message,
+    }
+    headers = {"content-type": content_type, "connect-protocol-version": "1"}
+    caplog.set_level("WARNING")
+    for what, body in malformed.items():
+        status, _, data = post(port, f"{SERVICE_PATH}/{method}", body, headers)
+        assert status == 200, what  # Connect streams answer errors in their last envelope
+        end = (
+            _end_of(data)
+            if content_type.endswith("json")
+            else json.loads(data[5:])
+            if data[:1] == b"\x02"
+            else _end_of(data)
+        )
+        assert end["error"]["code"] == "invalid_argument", (what, end)
+        assert "malformed request stream" in end["error"]["message"], (what, end)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    # The server still answers.
+    status, _, answer = post_json(port, f"{SERVICE_PATH}/GetModel", {"model": "kjv3"})
+    assert status == 200 and answer["model"]["name"] == "kjv3"

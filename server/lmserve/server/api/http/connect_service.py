@@ -108,8 +108,14 @@ def checked(request: Any) -> Any:
 
 
 async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    async for request in requests:
-        yield checked(request)
+    """A client stream's messages, each checked; a stream whose bytes are not a Connect
+    envelope stream (bad flags, a truncated envelope, a length past the body's end) is the
+    client's error: INVALID_ARGUMENT naming what was wrong, never a server fault."""
+    try:
+        async for request in requests:
+            yield checked(request)
+    except ConnectError as exc:  # raised by the envelope reader over the request body
+        raise InvalidArgument("request", f"malformed request stream: {exc.message}") from None
 
 
 class _Context:
