@@ -36,6 +36,13 @@ class Metrics:
             ["method", "model", "code"],
             registry=registry,
         )
+        self.http_refused_origins = Counter(
+            "lmserve_http_refused_origins",
+            "HTTP requests and WebSocket handshakes refused for their Origin (a web page of "
+            "another origin, not in allowed_origins), by kind (http, websocket).",
+            ["kind"],
+            registry=registry,
+        )
         self.request_duration = Histogram(
             "lmserve_request_duration_seconds",
             "Time from an RPC's start to its answer.",

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
@@ -36,6 +41,20 @@ class Settings(BaseSettings):
     # API, the autocomplete WebSocket and its page. 0 picks a free port.
     http_enabled: bool = True
     http_port: int = Field(default=8080, ge=0, le=65535)
+    # Web pages of other origins that may call the HTTP front (CORS on Connect and /v1, and
+    # the autocomplete WebSocket), e.g. "https://app.example.com"; "*" allows any. Empty: the
+    # server's own page only; a browser request from any other origin is refused (403).
+    # Requests without an Origin header (non-browser clients) are never refused for it.
+    # Comma-separated in LMSERVE_ALLOWED_ORIGINS.
+    allowed_origins: Annotated[tuple[str, ...], NoDecode] = ()
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
     metrics_enabled: bool = True
     metrics_host: str = "0.0.0.0"
     metrics_port: int = Field(default=9090, ge=0, le=65535)

@@ -5,6 +5,9 @@
 /ws/complete                                autocomplete sessions over a WebSocket
 /, /demo                                    the autocomplete page (`demo_page`)
 /healthz                                    200 while serving, 503 otherwise (HTTP probes)
+
+Every path is behind `OriginPolicy`: a browser page of another origin is refused unless
+`allowed_origins` lists it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from lmserve.server.api.http.connect_service import PATH, ConnectService
 from lmserve.server.api.http.demo_page import demo_page_routes
 from lmserve.server.api.http.front import HttpFront
 from lmserve.server.api.http.openai_api import openai_routes
+from lmserve.server.api.http.origins import OriginPolicy
 from lmserve.server.api.observe import access_log_enabled, traced_http
 from lmserve.server.api.observed_call import CallObserver
 from lmserve.server.api.servicer import LanguageModelServicer
@@ -87,7 +91,8 @@ async def start_http_front(
     site = build_site(
         servicer, HttpCalls(observer, token), health, max_message_bytes=settings.max_message_bytes
     )
-    app = traced_http(site) if settings.otel_tracing else site
+    guarded = OriginPolicy(site, settings.allowed_origins, metrics)
+    app = traced_http(guarded) if settings.otel_tracing else guarded
     front = await HttpFront.start(app, settings)
     log.info(
         "HTTP on %s://%s:%d/ (Connect JSON, OpenAI /v1, autocomplete page)",
