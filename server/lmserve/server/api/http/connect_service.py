@@ -14,6 +14,8 @@ an unknown field is INVALID_ARGUMENT, not silently dropped (a misspelt option wo
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -223,3 +225,75 @@ class ConnectService(ConnectASGIApplication[LanguageModelServicer]):
     @property
     def path(self) -> str:
         return PATH
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """A server-streaming call's one enveloped request is checked here before connectrpc
+        reads it: a compressed flag without `connect-content-encoding` is the client's
+        INVALID_ARGUMENT (connectrpc answers it `internal`). Client streams are checked as
+        they are read (`_checked_stream`)."""
+        if scope.get("type") == "http" and scope.get("path") in _SERVER_STREAMING:
+            headers = dict(scope.get("headers") or ())
+            encoding = headers.get(b"connect-content-encoding", b"identity")
+            content_type = headers.get(b"content-type", b"")
+            if content_type.startswith(b"application/connect+") and encoding == b"identity":
+                limit = self._read_max_bytes or 2**31
+                body, receive = await _buffered(receive, limit)
+                if body[:1] and body[0] & 0x01:
+                    await _stream_error(
+                        send,
+                        content_type,
+                        "invalid_argument",
+                        "request: malformed request stream: a compressed message without "
+                        "connect-content-encoding",
+                    )
+                    return
+        await super().__call__(scope, receive, send)
+
+
+# The methods whose one request connectrpc reads as an envelope before calling us.
+_SERVER_STREAMING = {
+    f"{PATH}/{m.name}" for m in SERVICE.methods if m.server_streaming and not m.client_streaming
+}
+
+
+async def _buffered(receive: Any, limit: int) -> tuple[bytes, Any]:
+    """The request body (up to `limit` + 1 bytes read), and a `receive` that replays it."""
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more and size <= limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        more = message.get("more_body", False)
+    body = b"".join(chunks)
+    replayed = False
+
+    async def replay() -> Any:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": more}
+        return await receive()
+
+    return body, replay
+
+
+async def _stream_error(send: Any, content_type: bytes, code: str, message: str) -> None:
+    """A Connect streaming answer that is only its end-of-stream error."""
+    payload = json.dumps({"error": {"code": code, "message": message}}).encode()
+    body = struct.pack(">BI", 0x02, len(payload)) + payload
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
