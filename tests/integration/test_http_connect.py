@@ -174,7 +174,14 @@ def test_undecodable_bodies_are_counted_like_any_refusal(
 ) -> None:
     key = (
         "lmserve_requests_total",
-        frozenset({("method", "Perplexity"), ("model", ""), ("code", "INVALID_ARGUMENT")}),
+        frozenset(
+            {
+                ("method", "Perplexity"),
+                ("model", ""),
+                ("code", "INVALID_ARGUMENT"),
+                ("front", "http"),
+            }
+        ),
     )
     before = scrape(server).get(key, 0.0)
     status, _, body = post_json(port, f"{SERVICE_PATH}/Perplexity", {"modle": "kjv3"})
@@ -220,7 +227,9 @@ def test_deadline_from_connect_timeout(port: int) -> None:
 def test_request_ids_and_metrics_are_the_grpc_ports(port: int, server: BackgroundServer) -> None:
     key = (
         "lmserve_requests_total",
-        frozenset({("method", "GetModel"), ("model", ""), ("code", "NOT_FOUND")}),
+        frozenset(
+            {("method", "GetModel"), ("model", ""), ("code", "NOT_FOUND"), ("front", "http")}
+        ),
     )
     before = scrape(server).get(key, 0.0)
     status, headers, _ = post_json(
@@ -351,3 +360,32 @@ def test_a_malformed_stream_envelope_is_the_clients_error(
     # The server still answers.
     status, _, answer = post_json(port, f"{SERVICE_PATH}/GetModel", {"model": "kjv3"})
     assert status == 200 and answer["model"]["name"] == "kjv3"
+
+
+def test_an_old_http_connection_is_told_to_close(model_repository: Path) -> None:
+    import http.client
+    import time
+
+    settings = {
+        "model_repository": model_repository,
+        "host": "127.0.0.1",
+        "port": 0,
+        "http_port": 0,
+        "metrics_enabled": False,
+        "max_connection_age_seconds": 0.5,
+    }
+    with start_background_server(load_settings(settings), registry=CollectorRegistry()) as s:
+        assert s.http_port
+        connection = http.client.HTTPConnection("127.0.0.1", s.http_port, timeout=10)
+        try:
+            for expect_close in (False, False, True):
+                if expect_close:
+                    time.sleep(0.6)
+                connection.request("GET", "/healthz")
+                response = connection.getresponse()
+                response.read()
+                assert response.status == 200
+                closing = (response.getheader("connection") or "").lower() == "close"
+                assert closing is expect_close
+        finally:
+            connection.close()

@@ -326,7 +326,7 @@ def test_a_failure_mid_stream_is_one_error_event_then_done() -> None:
         steps = CompletionSteps([failing()])
         await steps.start()
         call = contextlib.AsyncExitStack()
-        calls = HttpCalls(CallObserver(metrics), None)
+        calls = HttpCalls(CallObserver(metrics, front="http"), None)
         await call.enter_async_context(calls.call("Completions", {}))
         body = parse_completion(b'{"model": "m", "prompt": "a", "stream": true}')
         return [e async for e in CompletionAnswer(body, "r1", 1).events(call, steps)]
@@ -343,7 +343,7 @@ def test_a_failure_mid_stream_is_one_error_event_then_done() -> None:
         }
     }
     assert done == DONE == "data: [DONE]\n\n"
-    labels = {"method": "Completions", "model": "", "code": "INTERNAL"}
+    labels = {"method": "Completions", "model": "", "code": "INTERNAL", "front": "http"}
     assert metrics.registry.get_sample_value("lmserve_requests_total", labels) == 1
 
 
@@ -475,7 +475,7 @@ def test_request_ids_and_metrics_are_the_grpc_ports(
     client: openai.OpenAI, server: BackgroundServer
 ) -> None:
     registry = server.running.metrics.registry
-    labels = {"method": "Completions", "model": "kjv3", "code": "OK"}
+    labels = {"method": "Completions", "model": "kjv3", "code": "OK", "front": "http"}
     before = registry.get_sample_value("lmserve_requests_total", labels) or 0
     raw = client.completions.with_raw_response.create(
         model="kjv3", prompt="and", max_tokens=2, extra_headers={"x-request-id": "oa-req-1"}
@@ -558,7 +558,7 @@ def test_a_client_that_leaves_cancels_its_generation(
 ) -> None:
     _wait_active(lstm_server, 0)
     registry = lstm_server.running.metrics.registry
-    labels = {"method": "Completions", "model": "kjv-lstm", "code": "CANCELLED"}
+    labels = {"method": "Completions", "model": "kjv-lstm", "code": "CANCELLED", "front": "http"}
     before = registry.get_sample_value("lmserve_requests_total", labels) or 0
     body = {"model": "kjv-lstm", "prompt": prompt, "max_tokens": 100_000, "ignore_eos": True}
     with _raw_request(lstm_server, body | {"stream": stream}) as sock:

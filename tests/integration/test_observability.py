@@ -266,7 +266,9 @@ def test_unauthenticated_and_cancelled_calls_are_counted_by_their_code(
     server: BackgroundServer, stub: lm_service_pb2_grpc.LanguageModelServiceStub
 ) -> None:
     def count(method: str, code: str, model: str = "") -> float:
-        labels = frozenset({"method": method, "model": model, "code": code}.items())
+        labels = frozenset(
+            {"method": method, "model": model, "code": code, "front": "grpc"}.items()
+        )
         return scrape(server).get(("lmserve_requests_total", labels), 0.0)
 
     refused_before = count("Score", "UNAUTHENTICATED")

@@ -183,7 +183,9 @@ def test_stream_is_measured(server: BackgroundServer, client: LmServeClient) -> 
         list(client.score_stream("test", [BATCHES[0], []]))
     after = scrape(server)
     total = "lmserve_requests_total"
-    assert delta(total, method="ScoreStream", model="test", code="OK") == 1
-    assert delta(total, method="ScoreStream", model="test", code="INVALID_ARGUMENT") == 1
+    assert delta(total, method="ScoreStream", model="test", code="OK", front="grpc") == 1
+    assert (
+        delta(total, method="ScoreStream", model="test", code="INVALID_ARGUMENT", front="grpc") == 1
+    )
     assert delta("lmserve_scored_texts_total", model="test") == sum(map(len, BATCHES)) + 2
     assert after[("lmserve_inflight_requests", frozenset({("method", "ScoreStream")}))] == 0

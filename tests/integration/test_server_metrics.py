@@ -31,14 +31,17 @@ def test_metrics_count_requests_tokens_and_models(
         return _value(after, name, **labels) - _value(before, name, **labels)
 
     total = "lmserve_requests_total"
-    assert delta(total, method="Score", model="test", code="OK") == 2
-    assert delta(total, method="Score", model="test", code="INVALID_ARGUMENT") == 1
+    assert delta(total, method="Score", model="test", code="OK", front="grpc") == 2
+    assert delta(total, method="Score", model="test", code="INVALID_ARGUMENT", front="grpc") == 1
     # Made-up model names never become label values.
-    assert delta(total, method="Score", model="", code="NOT_FOUND") == 1
+    assert delta(total, method="Score", model="", code="NOT_FOUND", front="grpc") == 1
     assert not any("no-such-model" in str(key) for key in after)
     assert delta("lmserve_scored_texts_total", model="test") == 3
     assert delta("lmserve_scored_tokens_total", model="test") == 3 + 3 + 2  # </s> counted
-    assert delta("lmserve_request_duration_seconds_count", method="Score", model="test") == 3
+    assert (
+        delta("lmserve_request_duration_seconds_count", method="Score", model="test", front="grpc")
+        == 3
+    )
     assert _value(after, "lmserve_models", state="ready") == 4
     assert _value(after, "lmserve_models", state="failed") == 5
     assert _value(after, "lmserve_model_load_seconds", model="kjv3") > 0

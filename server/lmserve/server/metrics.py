@@ -1,7 +1,7 @@
 """The front's Prometheus metrics, bound to one registry (a fresh one per test), and /metrics.
 
 metrics = Metrics(CollectorRegistry())
-metrics.requests.labels(method="Score", model="kjv", code="OK").inc()
+metrics.requests.labels(method="Score", model="kjv", code="OK", front="grpc").inc()
 serve_metrics(metrics.registry, host, port)
 
 These are the front's own metrics (requests, scored texts, models, workers). The engines'
@@ -32,8 +32,9 @@ class Metrics:
         self.registry = registry
         self.requests = Counter(
             "lmserve_requests",
-            "RPCs answered, by method, model and gRPC status code.",
-            ["method", "model", "code"],
+            "RPCs answered, by method, model, gRPC status code and the front that carried them "
+            "(grpc, http).",
+            ["method", "model", "code", "front"],
             registry=registry,
         )
         self.http_refused_origins = Counter(
@@ -45,8 +46,8 @@ class Metrics:
         )
         self.request_duration = Histogram(
             "lmserve_request_duration_seconds",
-            "Time from an RPC's start to its answer.",
-            ["method", "model"],
+            "Time from an RPC's start to its answer, by the front that carried it (grpc, http).",
+            ["method", "model", "front"],
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
@@ -112,7 +113,7 @@ class Metrics:
         # The label values are bounded (methods, status codes, models that exist), and so are
         # these dicts; a race only makes two lookups that return the same child.
         self._scored: dict[str, tuple[Counter, Counter]] = {}
-        self._answered: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._answered: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
         self._inflight: dict[str, Gauge] = {}
 
     def record_scored(self, model: str, texts: int, tokens: int) -> None:
@@ -125,14 +126,16 @@ class Metrics:
         children[0].inc(texts)
         children[1].inc(tokens)
 
-    def record_request(self, method: str, model: str, code: str, seconds: float) -> None:
-        """One answered RPC: its count by status code and its duration."""
-        key = (method, model, code)
+    def record_request(
+        self, method: str, model: str, code: str, seconds: float, front: str = "grpc"
+    ) -> None:
+        """One answered RPC: its count by status code and its duration, by front."""
+        key = (method, model, code, front)
         children = self._answered.get(key)
         if children is None:
             children = self._answered[key] = (
-                self.requests.labels(method=method, model=model, code=code),
-                self.request_duration.labels(method=method, model=model),
+                self.requests.labels(method=method, model=model, code=code, front=front),
+                self.request_duration.labels(method=method, model=model, front=front),
             )
         children[0].inc()
         children[1].observe(seconds)

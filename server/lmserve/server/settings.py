@@ -67,7 +67,8 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     max_concurrent_rpcs: int | None = Field(default=None, ge=1)
     # A client connection is closed (gracefully) after this many seconds, so clients re-resolve
-    # and spread over replicas added since; None keeps connections for ever.
+    # and spread over replicas added since; None keeps connections for ever. On the HTTP port
+    # the first response after the age says `Connection: close` (WebSockets are left alone).
     max_connection_age_seconds: float | None = Field(default=None, gt=0)
     # After the shutdown notice, in-flight RPCs get this long (Kubernetes' default 30 s).
     grace_period_seconds: float = Field(default=30.0, ge=0)

@@ -60,7 +60,7 @@ class CallObserver:
     def _finished(self, call: ObservedCall, code: str, seconds: float) -> None:
         info = call.info
         self._metrics.inflight_of(info.method).dec()
-        self._metrics.record_request(info.method, info.model, code, seconds)
+        self._metrics.record_request(info.method, info.model, code, seconds, self._front)
         if self._access_log:
             duration_ms = round(seconds * 1000, 3)
             access_log.info(

@@ -25,6 +25,7 @@ from lmserve.server.api.health import HealthServicer
 from lmserve.server.api.http.calls import HttpCalls
 from lmserve.server.api.http.complete_socket import complete_socket_routes
 from lmserve.server.api.http.connect_service import PATH, ConnectService
+from lmserve.server.api.http.connection_age import ConnectionAge
 from lmserve.server.api.http.demo_page import demo_page_routes
 from lmserve.server.api.http.front import HttpFront
 from lmserve.server.api.http.openai_api import openai_routes
@@ -91,7 +92,9 @@ async def start_http_front(
     site = build_site(
         servicer, HttpCalls(observer, token), health, max_message_bytes=settings.max_message_bytes
     )
-    guarded = OriginPolicy(site, settings.allowed_origins, metrics)
+    guarded: ASGIApp = OriginPolicy(site, settings.allowed_origins, metrics)
+    if settings.max_connection_age_seconds:
+        guarded = ConnectionAge(guarded, settings.max_connection_age_seconds)
     app = traced_http(guarded) if settings.otel_tracing else guarded
     front = await HttpFront.start(app, settings)
     log.info(
