@@ -233,8 +233,13 @@ def test_completions_equal_generate(target: Target, sampling: dict[str, Any]) ->
     [choice] = done.choices
     assert choice.text == end.text and choice.text
     assert choice.logprobs is not None
-    assert choice.logprobs.tokens == [t.text for t in tokens]
-    assert choice.logprobs.token_logprobs == pytest.approx([t.log_prob for t in tokens], abs=1e-9)
+    texts, log_probs = [t.text for t in tokens], [t.log_prob for t in tokens]
+    if end.reason == pb.FINISH_REASON_END_OF_SENTENCE:
+        # The `</s>` it generated is listed last (not in the text): the rest of its total.
+        texts.append("</s>")
+        log_probs.append(end.log_prob - sum(log_probs))
+    assert choice.logprobs.tokens == texts
+    assert choice.logprobs.token_logprobs == pytest.approx(log_probs, abs=1e-9)
     expected = {pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_END_OF_SENTENCE: "stop"}
     assert choice.finish_reason == expected[end.reason]
     assert done.usage is not None
@@ -413,9 +418,17 @@ def test_token_id_prompts(client: openai.OpenAI, stub: Stub) -> None:
     for prompt in (ids, [ids]):
         by_ids = client.completions.create(model="kjv3", prompt=prompt, max_tokens=5, temperature=0)
         assert by_ids.choices[0].text == by_text.choices[0].text
-    with pytest.raises(openai.BadRequestError) as echo:
-        client.completions.create(model="kjv3", prompt=ids, echo=True)
-    assert _error(echo.value)["param"] == "echo"
+    # Echoed, token ids score exactly as the text they are (what evaluation clients send).
+    fields: dict[str, Any] = {"model": "kjv3", "max_tokens": 0, "echo": True, "logprobs": 1}
+    echoed_text = client.completions.create(prompt="and god said", **fields).choices[0]
+    echoed_ids = client.completions.create(prompt=ids, **fields).choices[0]
+    assert echoed_ids.text == echoed_text.text == "and god said"
+    assert echoed_ids.logprobs is not None and echoed_text.logprobs is not None
+    assert echoed_ids.logprobs.tokens == echoed_text.logprobs.tokens
+    assert echoed_ids.logprobs.token_logprobs == echoed_text.logprobs.token_logprobs
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(prompt=[10**9], **fields)
+    assert "token id must be in" in _error(bad.value)["message"]
 
 
 def test_stop_strings_end_the_text(client: openai.OpenAI) -> None:

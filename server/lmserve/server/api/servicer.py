@@ -65,6 +65,11 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         self._limits = models.limits
         self._metrics = metrics
 
+    @property
+    def models(self) -> ServedModels:
+        """The served models (the HTTP front's tokenizer endpoints read their codecs)."""
+        return self._models
+
     # -- models ----------------------------------------------------------------------------
 
     async def ListModels(

@@ -28,6 +28,8 @@ from typing import Any, cast
 
 from lmserve.server.api.http.openai_schema import CompletionRequest, generate_request
 from lmserve.server.api.servicer import LanguageModelServicer, NoDeadline
+from lmserve.server.decoding.detokenize import detokenize
+from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 
 FINISH_REASONS = {
@@ -111,8 +113,19 @@ class Choice:
         }
 
 
-def token_step(message: pb.GenerateResponse, first: int) -> Step:
-    """One Generate message as pieces of the choices it touches (`first`: sample 0's choice)."""
+@dataclass
+class EndToken:
+    """How a sample's `</s>` shows in its logprobs (OpenAI lists the end-of-text token it
+    generated in `tokens` while its text leaves it out): the model's end token, and the
+    log-probabilities of each sample's tokens so far (its `</s>`'s is the rest of its total)."""
+
+    text: str
+    sums: dict[int, float] = field(default_factory=dict)
+
+
+def token_step(message: pb.GenerateResponse, first: int, end: EndToken | None = None) -> Step:
+    """One Generate message as pieces of the choices it touches (`first`: sample 0's choice).
+    With `end` (logprobs asked for), a sample that ended at `</s>` lists it as its last token."""
     pieces: dict[int, Piece] = {}
     for token in message.tokens:
         piece = pieces.get(token.sample_index)
@@ -123,11 +136,19 @@ def token_step(message: pb.GenerateResponse, first: int) -> Step:
         piece.tokens.append(token.text)
         piece.token_logprobs.append(finite(token.log_prob))
         piece.top_logprobs.append({alt.text: finite(alt.log_prob) for alt in token.top_logprobs})
+        if end is not None:
+            end.sums[token.sample_index] = end.sums.get(token.sample_index, 0.0) + token.log_prob
     if message.HasField("finished"):
         done = message.finished
         piece = pieces.get(done.sample_index)
         if piece is None:
             piece = pieces[done.sample_index] = Piece()
+        if end is not None and done.reason == pb.FINISH_REASON_END_OF_SENTENCE:
+            log_prob = done.log_prob - end.sums.get(done.sample_index, 0.0)
+            piece.offsets.append(len(piece.text))
+            piece.tokens.append(end.text)
+            piece.token_logprobs.append(finite(log_prob))
+            piece.top_logprobs.append({end.text: finite(log_prob)})
         piece.finish_reason = FINISH_REASONS.get(done.reason, "stop")
         piece.completion_tokens = done.usage.generated_tokens
         piece.prompt_tokens = done.usage.prompt_tokens if done.sample_index == 0 else 0
@@ -154,39 +175,76 @@ def _offsets(text: str, tokens: list[str]) -> list[int]:
 
 
 async def echo_piece(
-    servicer: LanguageModelServicer, body: CompletionRequest, prompt: str, separator: str
+    servicer: LanguageModelServicer,
+    body: CompletionRequest,
+    prompt: str | list[int],
+    separator: str,
 ) -> Piece:
     """The prompt as a choice's start: its text (`separator` goes before the completion's
-    text) and, with `logprobs`, its tokens scored by Score exactly (`</s>` not added)."""
-    piece = Piece(text=prompt, separator=separator if prompt and not prompt[-1].isspace() else "")
+    text) and, with `logprobs`, its tokens scored by Score exactly (`</s>` not added).
+
+    A prompt of token ids (what evaluation clients send after `/tokenize`) is scored on exactly
+    those tokens; a leading `<s>` id is the start every text is scored from, so it is echoed
+    with no log-prob (as OpenAI echoes a first token)."""
+    start: list[str] = []
+    if isinstance(prompt, list):
+        tokens, start, text = _token_prompt(servicer, body.model, prompt)
+        score_request = pb.ScoreRequest(
+            model=body.model,
+            token_lists=[pb.TokenList(tokens=tokens)],
+            options=pb.ScoreOptions(eos=False),
+            return_tokens=body.logprobs is not None,
+        )
+    else:
+        text = prompt
+        score_request = pb.ScoreRequest(
+            model=body.model,
+            texts=[prompt],
+            options=pb.ScoreOptions(eos=False),
+            return_tokens=body.logprobs is not None,
+        )
+    piece = Piece(text=text, separator=separator if text and not text[-1].isspace() else "")
     if not prompt or (body.logprobs is None and body.max_tokens != 0):
         return piece  # nothing to score, or nothing asked of the score
-    request = pb.ScoreRequest(
-        model=body.model,
-        texts=[prompt],
-        options=pb.ScoreOptions(eos=False),
-        return_tokens=body.logprobs is not None,
-    )
-    answer = await servicer.Score(request, NoDeadline())
+    answer = await servicer.Score(score_request, NoDeadline())
     response = pb.ScoreResponse.FromString(answer) if isinstance(answer, bytes) else answer
     [result] = response.results
     details = result.details
-    piece.prompt_tokens = result.token_count
-    piece.tokens = list(details.tokens)
-    piece.token_logprobs = [finite(log_prob) for log_prob in details.log_probs]
-    piece.top_logprobs = [None] * len(details.tokens)
+    piece.prompt_tokens = result.token_count + len(start)
+    piece.tokens = [*start, *details.tokens]
+    piece.token_logprobs = [None] * len(start) + [finite(lp) for lp in details.log_probs]
+    piece.top_logprobs = [None] * len(piece.tokens)
     if body.logprobs:
         # One position after another: a long prompt must not take every generation slot.
-        piece.top_logprobs = [
+        piece.top_logprobs = [None] * len(start) + [
             await _alternatives(servicer, body.model, details.token_ids[:i], body.logprobs)
             for i in range(len(details.tokens))
         ]
-        for i, (token, log_prob) in enumerate(zip(piece.tokens, piece.token_logprobs, strict=True)):
+        pairs = zip(piece.tokens, piece.token_logprobs, strict=True)
+        for i, (token, log_prob) in enumerate(pairs):
             top = piece.top_logprobs[i]
             if top is not None and token in top and log_prob is not None:
                 top[token] = log_prob  # Score's value: the same number as token_logprobs
-    piece.offsets = _offsets(prompt, piece.tokens)
+    piece.offsets = _offsets(text, piece.tokens)
     return piece
+
+
+def _token_prompt(
+    servicer: LanguageModelServicer, model: str, ids: list[int]
+) -> tuple[list[str], list[str], str]:
+    """A token-id prompt as the model's tokens (after a leading `<s>`, which is returned apart)
+    and its text."""
+    with servicer.models.use(model) as served:
+        vocab = served.vocab
+        for k, token in enumerate(ids):
+            if not 0 <= token < len(vocab):
+                raise InvalidArgument(
+                    f"prompt[{k}]", f"token id must be in [0, {len(vocab)}), got {token}"
+                )
+        start = [vocab.words[vocab.bos_id]] if ids and ids[0] == vocab.bos_id else []
+        rest = ids[len(start) :]
+        text = detokenize(served.detokenizer()(), rest)
+        return [vocab.words[i] for i in rest], start, text
 
 
 async def _alternatives(
@@ -230,7 +288,6 @@ async def prompt_steps(
             stack.push_async_callback(messages.aclose)
             head = await anext(messages)
         if body.echo:
-            assert isinstance(prompt, str)  # the schema refuses echo of token ids
             piece = await echo_piece(servicer, body, prompt, separator)
             if generating:
                 piece.prompt_tokens = 0  # Generate's usage counts the prompt
@@ -238,9 +295,56 @@ async def prompt_steps(
                 piece.finish_reason = "length"
             yield [(first, piece)] + [(first + k, _without_usage(piece)) for k in range(1, body.n)]
         if head is not None and messages is not None:
-            yield token_step(head, first)
-            async for message in messages:
-                yield token_step(message, first)
+            end = None
+            if body.logprobs is not None:
+                with servicer.models.use(body.model) as served:
+                    end = EndToken(served.vocab.words[served.vocab.eos_id])
+                    context = prompt if isinstance(prompt, list) else served.encode_prompt(prompt)
+            history: dict[int, list[int]] = {}
+            async for message in _chain(head, messages):
+                step = token_step(message, first, end)
+                if end is not None and body.logprobs:
+                    ended = dict(step).get(first + message.finished.sample_index)
+                    await _end_alternatives(servicer, body, message, ended, end, context, history)
+                yield step
+
+
+async def _chain(
+    head: pb.GenerateResponse, rest: AsyncGenerator[pb.GenerateResponse, None]
+) -> AsyncGenerator[pb.GenerateResponse, None]:
+    yield head
+    async for message in rest:
+        yield message
+
+
+async def _end_alternatives(
+    servicer: LanguageModelServicer,
+    body: CompletionRequest,
+    message: pb.GenerateResponse,
+    piece: Piece | None,
+    end: EndToken,
+    context: list[int],
+    history: dict[int, list[int]],
+) -> None:
+    """The top alternatives at a sample's `</s>` (the model's distribution after its prompt and
+    tokens), as every other position has them; `history` keeps each sample's tokens."""
+    for token in message.tokens:
+        history.setdefault(token.sample_index, []).append(token.token_id)
+    if not message.HasField("finished") or piece is None:
+        return
+    done = message.finished
+    if done.reason != pb.FINISH_REASON_END_OF_SENTENCE or not piece.tokens:
+        return
+    count = body.logprobs or 1
+    ids = [*context, *history.get(done.sample_index, [])]
+    # `_alternatives` steps with `</s>` banned: its own value (the same number as
+    # token_logprobs) joins them, and the `count` best are kept.
+    top = await _alternatives(servicer, body.model, ids, count)
+    log_prob = piece.token_logprobs[-1]
+    if log_prob is not None:
+        top[end.text] = log_prob
+    best = sorted(top.items(), key=lambda item: -item[1])[:count]
+    piece.top_logprobs[-1] = dict(best)
 
 
 def _without_usage(piece: Piece) -> Piece:

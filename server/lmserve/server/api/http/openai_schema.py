@@ -85,8 +85,6 @@ class CompletionRequest(BaseModel):
             raise ValueError("prompt: is empty; send a string, a list of strings or token ids")
         if self.max_tokens == 0 and not self.echo:
             raise ValueError("max_tokens: 0 only with echo (to score the prompt); send >= 1")
-        if self.echo and not self.text_prompts():
-            raise ValueError("echo: needs text prompts (token-id prompts cannot be echoed)")
         return self
 
     def text_prompts(self) -> bool:

@@ -2,6 +2,7 @@
 
 /lmserve.v1.LanguageModelService/<Method>   every RPC, Connect protocol (`connect_service`)
 /v1/models, /v1/completions                 the OpenAI-compatible API (`openai_api`)
+/tokenize, /detokenize, /tokenizer_info     vLLM's tokenizer endpoints (`tokenizer_api`)
 /ws/complete                                autocomplete sessions over a WebSocket
 /, /demo                                    the autocomplete page (`demo_page`)
 /healthz                                    200 while serving, 503 otherwise (HTTP probes)
@@ -30,6 +31,7 @@ from lmserve.server.api.http.demo_page import demo_page_routes
 from lmserve.server.api.http.front import HttpFront
 from lmserve.server.api.http.openai_api import openai_routes
 from lmserve.server.api.http.origins import OriginPolicy
+from lmserve.server.api.http.tokenizer_api import tokenizer_routes
 from lmserve.server.api.observe import access_log_enabled, traced_http
 from lmserve.server.api.observed_call import CallObserver
 from lmserve.server.api.servicer import LanguageModelServicer
@@ -72,6 +74,7 @@ def build_site(
         *complete_socket_routes(servicer, calls),
         *demo_page_routes(),
         *openai_routes(servicer, calls, max_message_bytes=max_message_bytes),
+        *tokenizer_routes(servicer, calls),
     ]
     # connectrpc types its __call__ with asgiref's scope TypedDicts, Starlette with mappings:
     # the same ASGI callable.
