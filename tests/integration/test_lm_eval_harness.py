@@ -19,7 +19,6 @@ from lmserve.server.front.process.app import BackgroundServer, start_background_
 from lmserve.server.registry.repository import load_entry
 from lmserve.server.settings import load_settings
 
-
 # Multiple choice: the context, the choices, the right one's index (KJV-like sentences).
 CHOICE_DOCS = [
     ("in the beginning god created the", ["heaven", "house", "mat"], 0),
