@@ -7,60 +7,28 @@ file (`npm ci`) when they are not there yet: without them the test fails, it nev
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
 import pytest
+from node_clients import node_client, run_node
 
 from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
-CLIENT = Path(__file__).resolve().parents[1] / "clients" / "node"
-PROTO = Path(__file__).resolve().parents[2] / "proto"
-
 
 @pytest.fixture(scope="module")
-def node_client() -> Path:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail("node and npm are needed for the gRPC-Web client test")
-    if not (CLIENT / "node_modules" / "@connectrpc" / "connect-node").is_dir():
-        subprocess.run(
-            [npm, "ci", "--silent", "--no-audit", "--no-fund"], cwd=CLIENT, check=True, timeout=600
-        )
-    generated = CLIENT / "gen"
-    generated.mkdir(exist_ok=True)
-    subprocess.run(
-        [
-            sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO}",
-            f"--plugin=protoc-gen-es={CLIENT / 'node_modules' / '.bin' / 'protoc-gen-es'}",
-            f"--es_out={generated}", "--es_opt=target=js,import_extension=js",
-            str(PROTO / "lmserve" / "v1" / "lm_service.proto"),
-        ],
-        check=True,
-        timeout=120,
-    )  # fmt: skip
-    return CLIENT / "grpc_web_call.mjs"
+def node_client_script() -> Path:
+    return node_client("grpc_web_call.mjs")
 
 
 def test_connect_es_over_grpc_web_answers_as_grpc(
     server: BackgroundServer,
     stub: lm_service_pb2_grpc.LanguageModelServiceStub,
-    node_client: Path,
+    node_client_script: Path,
 ) -> None:
-    run = subprocess.run(
-        ["node", str(node_client), f"http://127.0.0.1:{server.http_port}", "kjv3"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    answer = json.loads(run.stdout.strip().splitlines()[-1])
+    answer = run_node(node_client_script, f"http://127.0.0.1:{server.http_port}", "kjv3")
     assert "kjv3" in answer["models"]
     grpc_scores = stub.Score(
         pb.ScoreRequest(model="kjv3", texts=["and god said", "the lord is my shepherd"])

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     # API, the autocomplete WebSocket and its page. 0 picks a free port.
     http_enabled: bool = True
     http_port: int = Field(default=8080, ge=0, le=65535)
+    # The HTTP port's server: uvicorn (HTTP/1.1; Connect's bidirectional streams half-duplex),
+    # or hypercorn (HTTP/1.1 and HTTP/2: h2c, and ALPN with TLS; full-duplex streams).
+    http_server: Literal["uvicorn", "hypercorn"] = "uvicorn"
     # Web pages of other origins that may call the HTTP front (CORS on Connect and /v1, and
     # the autocomplete WebSocket), e.g. "https://app.example.com"; "*" allows any. Empty: the
     # server's own page only; a browser request from any other origin is refused (403).

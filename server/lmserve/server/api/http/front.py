@@ -1,7 +1,9 @@
-"""The HTTP port: uvicorn serving `api.http.app` on the server's own event loop, so HTTP calls
-reach the same served models (and engine workers) as gRPC calls, with nothing in between.
+"""The HTTP port: uvicorn (HTTP/1.1, the default) or hypercorn (HTTP/1.1 and HTTP/2: h2c and
+TLS with ALPN, so Connect's bidirectional streams run full-duplex) serving `api.http.app` on the
+server's own event loop, so HTTP calls reach the same served models (and engine workers) as gRPC
+calls, with nothing in between (`http_server` picks one).
 
-    front = await HttpFront.start(app, settings)     # bound; front.port is the port
+    front = await start_http_server(app, settings)   # bound; front.port is the port
     await front.stop(grace)                           # refuse new, let in-flight ones finish
 
 uvicorn runs without its signal handlers (the server has its own: `app.serve`) and without its
@@ -106,3 +108,79 @@ class HttpFront:
     def hurry(self) -> None:
         """Ends a stop in progress now: open requests are cancelled."""
         self._server.force_exit = True
+
+
+class HypercornFront:
+    """A started hypercorn server on one socket: HTTP/1.1 and HTTP/2 (h2c by prior knowledge or
+    upgrade; with TLS, negotiated by ALPN). The same interface as `HttpFront`."""
+
+    def __init__(self, task: asyncio.Task[None], sock: socket.socket, tls: bool) -> None:
+        self._task = task
+        self._stop = asyncio.Event()
+        self.port: int = sock.getsockname()[1]
+        self._tls = tls
+        self._config: object = None
+
+    @classmethod
+    async def start(cls, app: object, settings: Settings) -> HypercornFront:
+        from hypercorn.app_wrappers import ASGIWrapper
+        from hypercorn.asyncio.run import worker_serve
+        from hypercorn.config import Config, Sockets
+
+        sock = _listening_socket(settings.host, settings.http_port)
+        config = Config()
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.include_server_header = False
+        config.graceful_timeout = settings.grace_period_seconds
+        config.websocket_max_message_size = settings.max_message_bytes
+        config.h11_max_incomplete_size = 64 * 1024
+        tls = settings.tls_cert_file is not None
+        if tls:
+            config.certfile = str(settings.tls_cert_file)
+            config.keyfile = str(settings.tls_key_file)
+            if settings.tls_client_ca_file is not None:
+                config.ca_certs = str(settings.tls_client_ca_file)
+                config.verify_mode = ssl.CERT_REQUIRED
+        sockets = Sockets([sock] if tls else [], [] if tls else [sock], [])
+        stop = asyncio.Event()
+        started = asyncio.Event()
+
+        async def serve() -> None:
+            started.set()
+            await worker_serve(
+                ASGIWrapper(app),  # type: ignore[arg-type]
+                config,
+                sockets=sockets,
+                shutdown_trigger=stop.wait,
+            )
+
+        task = asyncio.create_task(serve())
+        await started.wait()
+        await asyncio.sleep(0)  # its listening server is started on the next turns
+        front = cls(task, sock, tls)
+        front._stop = stop
+        front._config = config
+        return front
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self._tls else "http"
+
+    async def stop(self, grace: float | None) -> None:
+        config = self._config
+        if grace is not None and config is not None:
+            config.graceful_timeout = max(0.0, grace)  # type: ignore[attr-defined]
+        self._stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def hurry(self) -> None:
+        self._task.cancel()
+
+
+async def start_http_server(app: object, settings: Settings) -> HttpFront | HypercornFront:
+    """The HTTP port's server, as `http_server` names it."""
+    if settings.http_server == "hypercorn":
+        return await HypercornFront.start(app, settings)
+    return await HttpFront.start(app, settings)

@@ -28,7 +28,7 @@ from lmserve.server.api.http.complete_socket import complete_socket_routes
 from lmserve.server.api.http.connect_service import PATH, ConnectService
 from lmserve.server.api.http.connection_age import ConnectionAge
 from lmserve.server.api.http.demo_page import demo_page_routes
-from lmserve.server.api.http.front import HttpFront
+from lmserve.server.api.http.front import HttpFront, HypercornFront, start_http_server
 from lmserve.server.api.http.openai_api import openai_routes
 from lmserve.server.api.http.origins import OriginPolicy
 from lmserve.server.api.http.tokenizer_api import tokenizer_routes
@@ -88,7 +88,7 @@ async def start_http_front(
     health: HealthServicer,
     metrics: Metrics,
     token: str | None,
-) -> HttpFront:
+) -> HttpFront | HypercornFront:
     """Opens the HTTP front on the same models, auth, TLS, limits and metrics as the gRPC
     port (and, with `otel_tracing`, each request a span)."""
     observer = CallObserver(metrics, access_log=access_log_enabled(settings), front="http")
@@ -99,7 +99,7 @@ async def start_http_front(
     if settings.max_connection_age_seconds:
         guarded = ConnectionAge(guarded, settings.max_connection_age_seconds)
     app = traced_http(guarded) if settings.otel_tracing else guarded
-    front = await HttpFront.start(app, settings)
+    front = await start_http_server(app, settings)
     log.info(
         "HTTP on %s://%s:%d/ (Connect JSON, OpenAI /v1, autocomplete page)",
         front.scheme,

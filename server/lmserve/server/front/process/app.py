@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from lmserve.server.api.auth import configured_token, server_credentials
 from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
-from lmserve.server.api.http.front import HttpFront
+from lmserve.server.api.http.front import HttpFront, HypercornFront
 from lmserve.server.api.http.site import start_http_front
 from lmserve.server.api.observe import server_interceptors
 from lmserve.server.api.reflection import enable_reflection
@@ -73,7 +73,7 @@ class RunningServer:
     # The engine worker processes (None with `engine_workers: false`).
     workers: WorkerPool | None = None
     # The HTTP front (None with `http_enabled: false`).
-    http: HttpFront | None = None
+    http: HttpFront | HypercornFront | None = None
     # The other front processes (`fronts: N`; None with one front).
     fronts: ExtraFronts | None = None
     metrics_port: int | None = None
