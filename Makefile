@@ -10,7 +10,7 @@ DEFAULT_NGRAM := models/kjv-5gram/model.yaml
 KJV := export/lmserve/export/corpora/kjv
 
 .PHONY: install serve test check lint proto models bench image image-test image-gpu \
-	image-gpu-test clean
+	image-gpu-test clean docs
 
 $(STAMP): pyproject.toml client/pyproject.toml hatch_build.py $(wildcard server/lmserve/server/*/*.[ch] server/lmserve/server/*/*/*.[ch] server/lmserve/server/*/*/*/*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,13 @@ lint: $(STAMP)
 
 test: check
 	$(BIN)/pytest
+
+# The documentation site (MkDocs Material): the references generated from the code first, then
+# built with --strict (a broken link or a page missing from the nav fails). tests/docs builds it
+# too, so `make test` fails on a broken site. Output: build/site/.
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
+	$(BIN)/mkdocs build --strict
 
 # The server image (deploy/Dockerfile), with whichever of docker, podman or buildah works here;
 # where the official base cannot be pulled, a Debian base made locally by debootstrap.

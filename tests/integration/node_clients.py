@@ -60,3 +60,17 @@ def run_node(script: Path, *args: str, env: dict[str, str] | None = None) -> Any
     )
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def run_node_code(code: str) -> str:
+    """Runs a snippet as a module beside the clients (their packages and generated code
+    resolve); returns its stdout."""
+    _prepared()
+    script = CLIENT / "snippet.mjs"
+    script.write_text(code, encoding="utf-8")
+    try:
+        run = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=120)
+    finally:
+        script.unlink(missing_ok=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout

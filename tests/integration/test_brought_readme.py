@@ -1,5 +1,6 @@
-"""The README's bring-your-own-model example runs as written, and the folder it writes is
-served: its Score equals the example module's own log-probabilities."""
+"""The documentation's bring-your-own-model example (docs/models/your-own-model.md) runs as
+written, and the folder it writes is served: its Score equals the example module's own
+log-probabilities."""
 
 from __future__ import annotations
 
@@ -17,14 +18,12 @@ from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
-SECTION = "### Your own neural model"
+PAGE = Path("docs") / "models" / "your-own-model.md"
 
 
-def _example(readme: str) -> str:
-    section = readme[readme.index(SECTION) :]
-    section = section[: section.index("\n### ", len(SECTION))]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 1, "the section shows one Python example"
+def _example(page: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert len(blocks) == 1, "the page shows one Python example"
     return blocks[0]
 
 
@@ -34,10 +33,10 @@ def test_the_readme_example_writes_a_served_folder(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = _example((repo_root / "README.md").read_text(encoding="utf-8"))
+    code = _example((repo_root / PAGE).read_text(encoding="utf-8"))
     monkeypatch.chdir(tmp_path)
     scope: dict[str, object] = {"__name__": "readme_example"}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, str(PAGE), "exec"), scope)
     printed = float(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0 <= printed <= 1e-4
     model, words = scope["model"], scope["words"]

@@ -17,14 +17,13 @@ from lmserve.server.front.process.app import BackgroundServer, start_background_
 from lmserve.server.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+# The HTTP guide of the documentation site (the README's section before the site).
+README = REPO / "docs" / "guides" / "http.md"
 FENCE = re.compile(r"```(sh|python)\n(.*?)```", re.DOTALL)
 
 
 def _section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("## Over HTTP")
-    return text[start : text.index("\n## ", start + 1)]
+    return README.read_text(encoding="utf-8")
 
 
 def _blocks(language: str) -> list[str]:

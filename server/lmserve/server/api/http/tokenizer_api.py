@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from lmserve.server.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
 from lmserve.server.api.http.openai_api import error_response
+from lmserve.server.api.http.openapi import openapi_document
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.decoding.detokenize import detokenize
 from lmserve.server.decoding.scoring import check_token_count
@@ -112,7 +113,11 @@ def tokenizer_routes(servicer: LanguageModelServicer, calls: HttpCalls) -> list[
             return error_response(failed)
         return JSONResponse(info, headers={REQUEST_ID_HEADER: call.info.request_id})
 
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
     return [
+        Route("/openapi.json", openapi, methods=["GET"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize_ids, methods=["POST"]),
         Route("/tokenizer_info", tokenizer_info, methods=["GET"]),
