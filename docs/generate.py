@@ -60,7 +60,8 @@ def metrics_page() -> str:
     registry.register(EngineStatsCollector(lambda: [EngineStats("model")]))
     rows = []
     for family in sorted(registry.collect(), key=lambda f: f.name):
-        labels = sorted({k for s in family.samples for k in s.labels if k not in ("le", "quantile")})
+        names = {k for s in family.samples for k in s.labels}
+        labels = sorted(names - {"le", "quantile"})
         name = family.name + ("_total" if family.type == "counter" else "")
         text = " ".join(family.documentation.split()).replace("|", "\\|")
         label_text = ", ".join(f"`{label}`" for label in labels) or "—"
@@ -71,13 +72,13 @@ def metrics_page() -> str:
         + "Every metric `/metrics` exports (the front's own and, through one collector asked at "
         "each scrape, the engines'), from `lmserve.server.metrics` and "
         "`lmserve.server.front.process.stats_export`.\n\n"
-        "| metric | type | labels | what it counts |\n|---|---|---|---|\n"
-        + "\n".join(rows)
-        + "\n"
+        "| metric | type | labels | what it counts |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )
 
 
-_BLOCK = re.compile(r"^(service|message|enum)\s+(\w+)\s*\{", re.M)
+_RPC = re.compile(r"rpc\s+(\w+)\s*\((stream\s+)?(\w+)\)\s*returns\s*\((stream\s+)?(\w+)\)")
+_FIELD = re.compile(r"((?:repeated|optional|map<[^>]+>)\s+)?([\w.]+)?\s*(\w+)\s*=\s*(\d+)")
+_NOT_FIELDS = ("//", "oneof", "reserved")
 
 
 def _comment_above(lines: list[str], index: int) -> str:
@@ -115,8 +116,8 @@ def grpc_page() -> str:
                 parts.append("\n| value | number | meaning |\n|---|---|---|\n")
         elif depth == 1 and current:
             kind = current[0]
-            rpc = re.match(r"rpc\s+(\w+)\s*\((stream\s+)?(\w+)\)\s*returns\s*\((stream\s+)?(\w+)\)", stripped)
-            field = re.match(r"((?:repeated|optional|map<[^>]+>)\s+)?([\w.]+)?\s*(\w+)\s*=\s*(\d+)", stripped)
+            rpc = _RPC.match(stripped)
+            field = _FIELD.match(stripped)
             comment = _comment_above(lines, i).replace("|", "\\|")
             if kind == "service" and rpc:
                 name, s_in, req, s_out, resp = rpc.groups()
@@ -124,7 +125,7 @@ def grpc_page() -> str:
                     f"| `{name}` | {'stream ' if s_in else ''}`{req}` | "
                     f"{'stream ' if s_out else ''}`{resp}` | {comment} |\n"
                 )
-            elif kind == "message" and field and not stripped.startswith(("//", "oneof", "reserved")):
+            elif kind == "message" and field and not stripped.startswith(_NOT_FIELDS):
                 modifier, typ, name, number = field.groups()
                 typ = f"{(modifier or '').strip()} {typ or ''}".strip()
                 parts.append(f"| `{name}` | `{typ}` | {number} | {comment} |\n")
