@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from headless_chromium import headless_chromium
 from prometheus_client import CollectorRegistry
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
@@ -31,7 +31,6 @@ from lmserve.server.front.process.app import BackgroundServer, start_background_
 from lmserve.server.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 LSTM = "kjv-lstm"
 TOKEN = "page-s3cret-51ab"
 K = 4
@@ -40,30 +39,8 @@ WAIT = 30
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
-    if missing:
-        pytest.fail(
-            f"{', '.join(missing)} missing: apt-get install -y chromium chromium-driver "
-            "(.ci/run installs them)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # CI runs as root
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1200,760",
-        "--force-device-scale-factor=1",
-        "--force-color-profile=srgb",
-        "--lang=en-US",
-    ):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
+    with headless_chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")

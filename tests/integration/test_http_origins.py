@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import shutil
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -16,17 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from headless_chromium import headless_chromium
 from http_calls import SERVICE_PATH, post
 from metrics_scrape import scrape
 from prometheus_client import CollectorRegistry
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.wait import WebDriverWait
 
 from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
-
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 # The second origin's page: it tries both calls and writes what happened into `window.done`.
 PAGE = """<!doctype html><meta charset="utf-8"><title>other origin</title><script>
@@ -45,21 +42,8 @@ function finish() { if (result.ws && result.fetch) window.done = JSON.stringify(
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
-    if missing:
-        pytest.fail(
-            f"{', '.join(missing)} missing: apt-get install -y chromium chromium-driver "
-            "(.ci/run installs them)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
+    with headless_chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")
