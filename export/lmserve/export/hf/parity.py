@@ -1,0 +1,90 @@
+"""The exported graph against transformers' own forward: log-probabilities of sample texts read
+in one pass, in two chunks through the cache (the second a chunk, then a single step), and
+left-padded in a batch beside a longer text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort  # type: ignore[import-untyped,unused-ignore]
+import torch
+
+from lmserve.export.hf.checkpoint import CacheShape
+from lmserve.export.hf.graph import past_names
+
+PARITY_NATS = 1e-4
+
+Floats = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class Parity:
+    """The largest difference (nats a token) each way of reading showed."""
+
+    one_pass: float
+    two_chunks: float
+    left_padded: float
+
+    @property
+    def worst(self) -> float:
+        return max(self.one_pass, self.two_chunks, self.left_padded)
+
+
+def _log_softmax(logits: npt.NDArray[Any]) -> Floats:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)
+
+
+def _run(
+    session: ort.InferenceSession,
+    cache: CacheShape,
+    ids: npt.NDArray[np.int64],
+    mask: npt.NDArray[np.int64],
+    past: list[Floats] | None = None,
+) -> tuple[Floats, list[Floats]]:
+    batch, time = ids.shape
+    if past is None:
+        empty = np.zeros((batch, cache.kv_heads, 0, cache.head_dim), np.float32)
+        past = [empty] * (2 * cache.layers)
+    seen = past[0].shape[2]
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)[:, seen : seen + time]
+    feed: dict[str, npt.NDArray[Any]] = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": positions.astype(np.int64),
+    }
+    feed |= dict(zip(past_names(cache.layers), past, strict=True))
+    logits, *present = session.run(None, feed)
+    return _log_softmax(logits), present
+
+
+def check_parity(
+    model: Any, session: ort.InferenceSession, cache: CacheShape, texts: Sequence[Sequence[int]]
+) -> Parity:
+    """Differences between the graph and `model` (a transformers causal LM, eval mode)."""
+    one_pass = two_chunks = left_padded = 0.0
+    longest = max(texts, key=len)
+    for text in texts:
+        ids = np.asarray([text], dtype=np.int64)
+        with torch.no_grad():
+            reference = _log_softmax(model(torch.from_numpy(ids)).logits.numpy())
+        whole, _ = _run(session, cache, ids, np.ones_like(ids))
+        one_pass = max(one_pass, float(np.abs(whole - reference).max()))
+        for cut in sorted({max(1, len(text) // 2), len(text) - 1}):  # a chunk, then one step
+            if not 0 < cut < len(text):
+                continue
+            first, past = _run(session, cache, ids[:, :cut], np.ones_like(ids[:, :cut]))
+            rest, _ = _run(session, cache, ids[:, cut:], np.ones_like(ids), past)
+            chunked = np.concatenate([first, rest], axis=1)
+            two_chunks = max(two_chunks, float(np.abs(chunked - reference).max()))
+        pad = len(longest) - len(text)
+        batch = np.asarray([[0] * pad + list(text), list(longest)], dtype=np.int64)
+        mask = np.asarray([[0] * pad + [1] * len(text), [1] * len(longest)], dtype=np.int64)
+        padded, _ = _run(session, cache, batch, mask)
+        left_padded = max(left_padded, float(np.abs(padded[0, pad:] - reference[0]).max()))
+    return Parity(one_pass, two_chunks, left_padded)
