@@ -1,6 +1,7 @@
 """The exported graph against transformers' own forward: log-probabilities of sample texts read
 in one pass, in two chunks through the cache (the second a chunk, then a single step), and
-left-padded in a batch beside a longer text.
+left-padded in a batch beside a longer text (in one pass, and with its last position a cached
+step: how a generation step batches streams of different lengths).
 """
 
 from __future__ import annotations
@@ -87,4 +88,9 @@ def check_parity(
         mask = np.asarray([[0] * pad + [1] * len(text), [1] * len(longest)], dtype=np.int64)
         padded, _ = _run(session, cache, batch, mask)
         left_padded = max(left_padded, float(np.abs(padded[0, pad:] - reference[0]).max()))
+        if len(text) > 1:  # the padded batch read but its last position, then one cached step
+            head, past = _run(session, cache, batch[:, :-1], mask[:, :-1])
+            step, _ = _run(session, cache, batch[:, -1:], mask, past)
+            stepped = np.concatenate([head, step], axis=1)[0, pad:]
+            left_padded = max(left_padded, float(np.abs(stepped - reference[0]).max()))
     return Parity(one_pass, two_chunks, left_padded)
