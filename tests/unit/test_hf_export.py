@@ -15,7 +15,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from lmserve.export.hf.checkpoint import CheckpointError, read_checkpoint
+from lmserve.export.hf.checkpoint import CheckpointError, cache_shape, read_checkpoint
 from lmserve.export.hf.graph import past_names, present_names
 from lmserve.export.hf.importer import GRAPH, export_checkpoint, sample_ids
 from lmserve.export.hf.parity import PARITY_NATS, check_parity
@@ -138,3 +138,11 @@ def test_an_unsupported_architecture_names_the_supported_ones(tmp_path: Path) ->
         CheckpointError, match="MambaForCausalLM.*GPT2LMHeadModel, LlamaForCausalLM"
     ):
         read_checkpoint(folder)
+
+
+def test_a_config_without_the_layer_count_names_the_keys(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path, "gpt2")
+    config = json.loads((folder / "config.json").read_text())
+    del config["n_layer"]
+    with pytest.raises(CheckpointError, match="num_hidden_layers or n_layer"):
+        cache_shape(config)

@@ -51,7 +51,8 @@ class ParityFigures:
         }
 
 
-def _log_softmax(x: Array) -> Array:
+def log_softmax(x: Array) -> Array:
+    """Natural-log probabilities of scores along the last axis, in float64."""
     x = x.astype(np.float64)
     top = x.max(axis=-1, keepdims=True)
     return x - top - np.log(np.exp(x - top).sum(axis=-1, keepdims=True))
@@ -126,7 +127,7 @@ class Reference:
                 f"{self.vocab_size}: give the vocabulary the model was trained with",
             )
         if c.scores == "logits" or c.normalize:
-            return _log_softmax(scores)
+            return log_softmax(scores)
         return scores.astype(np.float64)
 
     def check_states(self, states: list[Array], batch: int, what: str) -> None:

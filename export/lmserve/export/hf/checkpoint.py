@@ -78,16 +78,21 @@ def read_checkpoint(folder: Path) -> Checkpoint:
     return Checkpoint(folder, config, supported[0], tokenizer_file)
 
 
+def _stated(config: dict[str, Any], *keys: str) -> int:
+    """The first of `keys` that config.json states as an integer (GPT-2's name or Llama's)."""
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int):
+            return value
+    raise CheckpointError(f"config.json does not state {' or '.join(keys)}")
+
+
 def cache_shape(config: dict[str, Any]) -> CacheShape:
-    """The cache shape a transformers config implies (GPT-2's names or Llama's)."""
-    layers = config.get("num_hidden_layers", config.get("n_layer"))
-    heads = config.get("num_attention_heads", config.get("n_head"))
-    hidden = config.get("hidden_size", config.get("n_embd"))
-    positions = config.get("max_position_embeddings", config.get("n_positions"))
-    if not all(isinstance(v, int) for v in (layers, heads, hidden, positions)):
-        raise CheckpointError("config.json does not state layers, heads, width and positions")
-    assert isinstance(layers, int) and isinstance(heads, int) and isinstance(hidden, int)
-    assert isinstance(positions, int)
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or hidden // heads
-    return CacheShape(layers, int(kv_heads), int(head_dim), positions)
+    """The cache shape a transformers config implies."""
+    heads = _stated(config, "num_attention_heads", "n_head")
+    return CacheShape(
+        layers=_stated(config, "num_hidden_layers", "n_layer"),
+        kv_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=int(config.get("head_dim") or _stated(config, "hidden_size", "n_embd") // heads),
+        max_positions=_stated(config, "max_position_embeddings", "n_positions"),
+    )

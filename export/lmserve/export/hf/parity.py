@@ -15,6 +15,7 @@ import numpy.typing as npt
 import onnxruntime as ort  # type: ignore[import-untyped,unused-ignore]
 import torch
 
+from lmserve.export.custom.checks import log_softmax
 from lmserve.export.hf.checkpoint import CacheShape
 from lmserve.export.hf.graph import past_names
 
@@ -36,18 +37,13 @@ class Parity:
         return max(self.one_pass, self.two_chunks, self.left_padded)
 
 
-def _log_softmax(logits: npt.NDArray[Any]) -> Floats:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)
-
-
 def _run(
     session: ort.InferenceSession,
     cache: CacheShape,
     ids: npt.NDArray[np.int64],
     mask: npt.NDArray[np.int64],
     past: list[Floats] | None = None,
-) -> tuple[Floats, list[Floats]]:
+) -> tuple[npt.NDArray[np.float64], list[Floats]]:
     batch, time = ids.shape
     if past is None:
         empty = np.zeros((batch, cache.kv_heads, 0, cache.head_dim), np.float32)
@@ -61,7 +57,7 @@ def _run(
     }
     feed |= dict(zip(past_names(cache.layers), past, strict=True))
     logits, *present = session.run(None, feed)
-    return _log_softmax(logits), present
+    return log_softmax(logits), present
 
 
 def check_parity(
@@ -73,7 +69,7 @@ def check_parity(
     for text in texts:
         ids = np.asarray([text], dtype=np.int64)
         with torch.no_grad():
-            reference = _log_softmax(model(torch.from_numpy(ids)).logits.numpy())
+            reference = log_softmax(model(torch.from_numpy(ids)).logits.numpy())
         whole, _ = _run(session, cache, ids, np.ones_like(ids))
         one_pass = max(one_pass, float(np.abs(whole - reference).max()))
         for cut in sorted({max(1, len(text) // 2), len(text) - 1}):  # a chunk, then one step
