@@ -195,10 +195,6 @@ def test_beam_search_scores_are_the_modules(
         if hypothesis.finish_reason == "end_of_sentence" and EOS not in ids:
             expected += lp[len(prompt) + len(ids), EOS]
         assert hypothesis.log_prob == pytest.approx(expected, abs=1e-4)
-    # Beam search keeps the best: no single-token change of the best hypothesis's first token
-    # scores higher over that first step.
-    first = eager_log_probs(modules[model], [BOS, *prompt])[-1]
-    assert first[got[0].token_ids[0]] >= np.sort(first)[-4]
 
 
 @pytest.mark.parametrize("model", ["tiny-lstm", "gru-onnx"])
@@ -264,6 +260,7 @@ def test_get_model_says_where_each_model_came_from(
         assert info.state == pb.MODEL_STATE_READY, (name, info.load_error)
         assert info.vocab_size == len(VOCAB)
         parity = info.provenance.parity
+        assert {"max_abs_diff_nats", "positions", "chunk_carry_max_abs_diff_nats"} <= set(parity)
         assert 0 <= parity["max_abs_diff_nats"] <= 1e-4 and parity["positions"] > 0, name
         assert parity["chunk_carry_max_abs_diff_nats"] <= 1e-4
     assert infos["gru-ts"].kind == pb.MODEL_KIND_GRU

@@ -77,3 +77,5 @@ def test_the_default_server_speaks_http1_only(model_repository: Path, script: Pa
             timeout=60,
         )
     assert run.returncode != 0
+    # Refused at the HTTP/2 layer, not a script or model error.
+    assert "h2StreamError" in run.stderr and "Protocol error" in run.stderr, run.stderr[-800:]

@@ -79,7 +79,7 @@ def _served_log_probs(folder: Path, ids: list[int], names: list[str]) -> np.ndar
 def test_seq_first_flattened_log_probs_with_tuple_states_equal_the_module(tmp_path: Path) -> None:
     model = seq_first_lm()
     result = export_module(model, tmp_path / "m", vocab=VOCAB, contract=SEQ_FIRST_CONTRACT)
-    assert result.parity.max_abs_diff <= 1e-4 and result.parity.positions > 0
+    assert result.parity.positions > 0  # the parity check read the module (above 1e-4 it refuses)
     ids = [5, 6, 7, 3]
     got = _served_log_probs(tmp_path / "m", ids, ["h", "c"])
     np.testing.assert_allclose(got, eager_log_probs(model, [1, *ids]), atol=1e-4)

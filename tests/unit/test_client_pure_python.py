@@ -16,8 +16,8 @@ from lmserve.client import _health
 from lmserve.client import _wire as client_wire
 from lmserve.client._protowire import WireError, encode_varint, fields
 from lmserve.client.errors import retry_delay
-from lmserve.server.api import convert
 from lmserve.server.decoding.scoring import ScoredTexts
+from lmserve.server.worker.replies.score import score_response_bytes
 from lmserve.v1 import lm_service_pb2 as pb
 
 
@@ -31,7 +31,7 @@ def _served(log_probs: list[float], tokens: list[int], oovs: list[int]) -> bytes
         details=None,
         total_tokens=sum(tokens),
     )
-    data = convert.score_response_bytes("kjv-5gram", scored)
+    data = score_response_bytes("kjv-5gram", scored)
     assert isinstance(data, bytes)
     return data
 

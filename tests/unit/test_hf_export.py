@@ -74,8 +74,7 @@ def test_the_graph_equals_transformers_in_one_pass_through_the_cache_and_padded(
 ) -> None:
     folder = _checkpoint(tmp_path / "checkpoint", build)
     out = tmp_path / "out"
-    parity = export_checkpoint(folder, out)
-    assert parity.worst <= PARITY_NATS
+    export_checkpoint(folder, out)  # refuses a graph more than PARITY_NATS from transformers
     assert {p.name for p in out.iterdir()} == {GRAPH, "tokenizer.json", "config.json"}
     session = ort.InferenceSession(str(out / GRAPH), providers=["CPUExecutionProvider"])
     layers = read_checkpoint(folder).cache.layers

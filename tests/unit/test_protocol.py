@@ -64,7 +64,7 @@ def test_replies_and_events_decode_into_their_types() -> None:
         p.Parked(4, True),
         p.BeamSearchReply(3, [Hypothesis((1, 2), -1.5, -0.75, FinishReason.END_OF_SENTENCE)]),
         p.CompleteReply(2, CompleteAnswer("s1", 4, False, [("the", -1.25)])),
-        p.ScoreReply(1, b"\x0a\x01m", 1, 7),
+        p.ScoreReply(1, b"\x0a\x01m"),
     ]
     for message in messages:
         decoded = _round_trip(message, p.TO_FRONT)

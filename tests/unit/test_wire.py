@@ -11,9 +11,9 @@ import pytest
 from lmserve.client import _wire as client_wire
 from lmserve.client.client import _scores
 from lmserve.client.types import TextScore
-from lmserve.server.api import convert
 from lmserve.server.decoding.scoring import ScoredTexts
 from lmserve.server.worker.replies import packing as wire
+from lmserve.server.worker.replies.score import score_response_bytes
 from lmserve.v1 import lm_service_pb2 as pb
 
 
@@ -38,7 +38,7 @@ def _scored(log_probs: list[float], tokens: list[int], oovs: list[int]) -> Score
 
 def _packed(log_probs: list[float], tokens: list[int], oovs: list[int]) -> pb.ScoreResponse:
     """What Score answers, as the message a client parses from it."""
-    answer = convert.score_response_bytes("m", _scored(log_probs, tokens, oovs))
+    answer = score_response_bytes("m", _scored(log_probs, tokens, oovs))
     return pb.ScoreResponse.FromString(answer) if isinstance(answer, bytes) else answer
 
 
@@ -104,7 +104,7 @@ def test_details_still_built_field_by_field() -> None:
         details=[details],
         total_tokens=2,
     )
-    answer = convert.score_response_bytes("m", scored)
+    answer = score_response_bytes("m", scored)
     assert isinstance(answer, pb.ScoreResponse)  # details are never packed
     [result] = answer.results
     assert list(result.details.tokens) == ["a", "</s>"]
@@ -168,7 +168,7 @@ def test_response_bytes_parse_to_the_built_message() -> None:
     protobuf parser reads as the message built field by field."""
     log_probs, tokens, oovs = [-3.5, -0.0, -12.25], [4, 1, 300], [0, 1, 2]
     for model in ("m", "kjv-5gram", "ü" * 100):  # a name longer than one varint byte
-        data = convert.score_response_bytes(model, _scored(log_probs, tokens, oovs))
+        data = score_response_bytes(model, _scored(log_probs, tokens, oovs))
         assert isinstance(data, bytes)
         want = _added(log_probs, tokens, oovs)
         want.model = model
@@ -196,7 +196,7 @@ def test_client_reads_server_bytes_without_protobuf() -> None:
     log_probs = [*(rng.standard_normal(n) * 50).tolist(), 0.0, -0.0, -math.inf, math.nan]
     tokens = [*rng.integers(0, 1 << 21, n).tolist(), 0, 127, 128, (1 << 21) - 1]
     oovs = [*rng.integers(0, 300, n).tolist(), 16383, 16384, 0, 1]
-    data = convert.score_response_bytes("kjv-5gram", _scored(log_probs, tokens, oovs))
+    data = score_response_bytes("kjv-5gram", _scored(log_probs, tokens, oovs))
     assert isinstance(data, bytes)
     reply = client_wire.read_score_response(data)
     assert isinstance(reply, list)  # the fast path took it
@@ -206,10 +206,10 @@ def test_client_reads_server_bytes_without_protobuf() -> None:
 
 def test_client_reads_other_encodings_through_protobuf() -> None:
     scored = _scored([-1.5, -2.25], [3, 20000], [0, 2])
-    served = convert.score_response_bytes("m", scored)
+    served = score_response_bytes("m", scored)
     assert isinstance(served, bytes)
     canonical = pb.ScoreResponse.FromString(served).SerializeToString()  # minimal varints
-    long_name = convert.score_response_bytes("x" * 200, scored)  # a 2-byte length varint
+    long_name = score_response_bytes("x" * 200, scored)  # a 2-byte length varint
     assert isinstance(long_name, bytes)
     for data in (canonical, long_name):
         reply = client_wire.read_score_response(data)
@@ -224,7 +224,7 @@ def test_client_reads_other_encodings_through_protobuf() -> None:
 
 
 def test_client_reads_empty_and_nameless_answers() -> None:
-    empty = convert.score_response_bytes("m", _scored([], [], []))
+    empty = score_response_bytes("m", _scored([], [], []))
     assert isinstance(empty, bytes) and client_wire.read_score_response(empty) == []
     nameless = pb.ScoreResponse(results=[pb.TextScore(log_prob=-1.0, token_count=2)])
     reply = client_wire.read_score_response(nameless.SerializeToString())

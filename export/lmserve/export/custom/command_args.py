@@ -54,10 +54,9 @@ def add_common(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def vocabulary_options(args: argparse.Namespace) -> dict[str, Any]:
-    tokenizer = "bpe" if args.vocab.suffix == ".json" else args.tokenizer
     return {
         "vocab": args.vocab,
-        "tokenizer": tokenizer,
+        "tokenizer": args.tokenizer,  # a tokenizer.json vocabulary is BPE whatever this says
         "lowercase": args.lowercase,
         "pattern": args.token_pattern,
         "bos": args.bos,
@@ -117,7 +116,7 @@ def contract_from_flags(args: argparse.Namespace, states: tuple[StateSpec, ...])
     )
 
 
-def report(command: str, result: Any) -> int:
+def report(result: Any) -> int:
     """The folder's summary as JSON on stdout."""
     summary = {
         "model_dir": str(result.folder),

@@ -83,4 +83,4 @@ def run(args: argparse.Namespace) -> int:
         )
     except (ContractError, FileExistsError) as exc:
         return refuse("import-onnx", exc)
-    return report("import-onnx", result)
+    return report(result)

@@ -54,4 +54,4 @@ def run(args: argparse.Namespace) -> int:
         )
     except (ContractError, FileExistsError) as exc:
         return refuse("import-torchscript", exc)
-    return report("import-torchscript", result)
+    return report(result)

@@ -15,7 +15,7 @@ from typing import Literal
 
 from lmserve.export.custom.contract import ContractError
 from lmserve.server.manifest import SpecialTokensSpec, TokenizerKind, TokenizerSpec
-from lmserve.server.text.char import write_vocab_file
+from lmserve.server.text.char import read_vocab_file, write_vocab_file
 from lmserve.server.text.vocab import Vocabulary
 
 VOCAB_FILE = "vocab.txt"
@@ -69,8 +69,7 @@ def read_vocabulary(
         if path.suffix == ".json":
             tokens, json_file, tokenizer = _tokenizer_json(path, lowercase, pattern), path, "bpe"
         else:
-            lines = path.read_text(encoding="utf-8").split("\n")
-            tokens = tuple(lines[:-1] if lines and lines[-1] == "" else lines)
+            tokens = tuple(read_vocab_file(path, escape=False))
     else:
         tokens = tuple(str(t) for t in vocab)
     if tokenizer == "bpe" and json_file is None:

@@ -1,14 +1,12 @@
 """Domain objects to protobuf messages (the requests' direction lives in `validation`).
 
-Score's and Generate's responses are built where they are computed (`worker.replies`); they
-are re-exported here for the front's in-process paths."""
+Score's and Generate's responses are built where they are computed (`worker.replies`)."""
 
 from __future__ import annotations
 
 from lmserve.server.decoding.scoring import PerplexityStats
 from lmserve.server.manifest import ModelFormat, ModelKind
 from lmserve.server.registry.repository import ModelEntry, ModelState
-from lmserve.server.worker.replies.score import score_response, score_response_bytes, token_details
 from lmserve.v1 import lm_service_pb2 as pb
 
 _KINDS = {
@@ -136,10 +134,4 @@ def perplexity_stats(stats: PerplexityStats) -> pb.PerplexityStats:
     )
 
 
-__all__ = [
-    "model_info",
-    "perplexity_stats",
-    "score_response",
-    "score_response_bytes",
-    "token_details",
-]
+__all__ = ["model_info", "perplexity_stats"]

@@ -235,7 +235,7 @@ def _like(behavior: Callable[..., Any], call: Callable[..., Any]) -> Callable[..
 
 def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
     """The handler's response serializer, except that a servicer may answer with the response's
-    wire bytes, already written (`convert.score_response_bytes`): those go out as they are."""
+    wire bytes, already written (`worker.replies.score`): those go out as they are."""
     if serializer is None:
         return None
 

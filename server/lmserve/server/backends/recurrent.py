@@ -20,6 +20,7 @@ scored chunk by chunk with the state carried across (no truncation). All scores 
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,9 +117,9 @@ class RecurrentSpec:
     # Listed in the manifest for a brought model; else derived from the cell (`layouts`).
     states: tuple[StateLayout, ...] | None = None
 
-    @property
+    @functools.cached_property
     def layouts(self) -> tuple[StateLayout, ...]:
-        """Every state array's layout, in the graphs' order."""
+        """Every state array's layout, in the graphs' order (built once: every batch reads it)."""
         if self.states is not None:
             return self.states
         if self.window:

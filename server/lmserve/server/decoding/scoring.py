@@ -102,11 +102,11 @@ class PreparedScoring:
         """Positions the backend scores (`</s>` included when eos is on)."""
         return len(self.batch.ids) + (len(self.lengths) if self.options.eos else 0)
 
-    def for_engine(self, finish: bool = False) -> PreparedScoring:
+    def for_engine(self) -> PreparedScoring:
         """What the engine needs to score it (the ids and options), without the words that only
-        `Scorer.finish` reads, unless the engine finishes it too (`finish`: it builds the
-        response): less to carry to an engine worker."""
-        if finish or (self.words is None and self.word_lists is None):
+        `Scorer.finish` reads: less to carry to an engine worker. (Score's response, which the
+        engine builds, takes the whole request.)"""
+        if self.words is None and self.word_lists is None:
             return self
         return replace(self, words=None, word_lists=None)
 

@@ -244,12 +244,10 @@ class BatchScoresReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
 
 
 class ScoreReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
-    """A ScoreResponse as wire bytes, and the positions scored (for the front's metrics)."""
+    """A ScoreResponse as wire bytes (the front counts the request from what it prepared)."""
 
     rid: int
     response: bytes
-    texts: int
-    tokens: int
 
 
 class PrefixTotalsReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
@@ -389,10 +387,23 @@ def batch_scores_reply(rid: int, scores: BatchScores) -> BatchScoresReply:
 _encoder = msgspec.msgpack.Encoder()
 
 
-def encode(message: msgspec.Struct) -> bytes:
-    """One frame: its length, then the message."""
-    payload = _encoder.encode(message)
-    return _HEADER.pack(len(payload)) + payload
+# Socket buffers: a large scoring request or reply is written in few system calls.
+SOCKET_BUFFER_BYTES = 4 << 20
+
+
+def tune_socket(sock: socket.socket) -> None:
+    """Sizes a front-worker socket's buffers (both ends, every way the two connect)."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+
+
+def encode(message: msgspec.Struct) -> bytearray:
+    """One frame: its length, then the message (encoded after the header's room, not copied
+    behind it: Score replies run to megabytes)."""
+    frame = bytearray(_HEADER.size)
+    _encoder.encode_into(message, frame, _HEADER.size)
+    _HEADER.pack_into(frame, 0, len(frame) - _HEADER.size)
+    return frame
 
 
 def decoder(kind: Any) -> msgspec.msgpack.Decoder[Any]:

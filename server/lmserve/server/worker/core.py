@@ -79,6 +79,7 @@ class EngineCore:
         self.stats = stats = stats if stats is not None else EngineStats(self.name)
         self.scorer = entry.scorer
         self.backend: LanguageModelBackend = entry.scorer.backend
+        self._neural = entry.neural
         codec = entry.scorer.codec
         self._detokenizer = detokenizer_factory(codec, self.backend.vocab)
         self.stepper: Stepper = make_stepper(self.backend)
@@ -112,7 +113,10 @@ class EngineCore:
     # -- scoring -------------------------------------------------------------------------------
 
     async def score(self, prepared: PreparedScoring, deadline: float | None = None) -> BatchScores:
-        """The backend's scores of a prepared request, through the scoring queue."""
+        """The backend's scores of a prepared request: inline when that costs less than a hop
+        to the queue's thread (`ScoringLimits.runs_inline`), else through the scoring queue."""
+        if self.limits.scoring.runs_inline(self._neural, prepared.scored_tokens):
+            return prepared.run(self.backend)
         return await self.scoring.score(prepared, deadline)
 
     async def score_response(

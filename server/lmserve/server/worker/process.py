@@ -49,7 +49,6 @@ from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.core import EngineCore
 from lmserve.server.worker.generation.delivery import Items, Poster
 from lmserve.server.worker.generation.sequence import (
-    FinishEvent,
     GenerationRequest,
     GenerationStream,
 )
@@ -57,9 +56,6 @@ from lmserve.server.worker.limits import EngineLimits
 from lmserve.server.worker.replies.generate import ended_by_deadline, serialized_chunk
 
 log = logging.getLogger(__name__)
-
-# Socket buffers: a large scoring request or reply is written in few system calls.
-SOCKET_BUFFER_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -136,7 +132,7 @@ class _WireStream(GenerationStream):
         params = self.request.params
         words = self.server.words
         serialized = serialized_chunk(item, words, params.logprobs, params.top_logprobs)
-        self._unfinished -= sum(type(e) is FinishEvent for e in item)
+        self._unfinished -= serialized.finished
         last = self._unfinished <= 0
         return p.StreamChunk(
             self.sid,
@@ -246,9 +242,7 @@ class _WorkerServer:
                 prepared = p.prepared_of(work)
                 matches = None if bias is None else [BiasMatch(b.boost, b.phrases) for b in bias]
                 response = await core.score_response(prepared, model, matches, deadline)
-                return p.ScoreReply(
-                    rid, response, prepared.batch.batch_size, prepared.scored_tokens
-                )
+                return p.ScoreReply(rid, response)
             case p.ScoreCall(_, work, deadline):
                 return p.batch_scores_reply(rid, await core.score(p.prepared_of(work), deadline))
             case p.PrefixTotalsCall(_, ids, offsets, eos, deadline):
@@ -344,8 +338,7 @@ def _accept_fronts(
         except OSError:
             return
         sock.setblocking(True)
-        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+        p.tune_socket(sock)
         _serve(sock, core, loop, stopped, primary=False)
 
 

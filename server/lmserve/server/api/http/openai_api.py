@@ -101,7 +101,7 @@ def model_object(info: pb.ModelInfo) -> dict[str, Any]:
     return answer
 
 
-async def _body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused past `limit` bytes (the gRPC port's message size limit)."""
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -265,7 +265,7 @@ def openai_routes(
             async with contextlib.AsyncExitStack() as stack:
                 call = await stack.enter_async_context(calls.call("Completions", request.headers))
                 headers = {REQUEST_ID_HEADER: call.info.request_id}
-                body = parse_completion(await _body(request, max_message_bytes))
+                body = parse_completion(await read_body(request, max_message_bytes))
                 prompts = body.prompts()
                 separator = await _separator(servicer, body)
                 steps = CompletionSteps(

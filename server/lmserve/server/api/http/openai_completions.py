@@ -26,10 +26,11 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from lmserve.server.api.generation import prompt_ids
 from lmserve.server.api.http.openai_schema import CompletionRequest, generate_request
+from lmserve.server.api.model_use import use_model
 from lmserve.server.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.server.decoding.detokenize import detokenize
-from lmserve.server.errors import InvalidArgument
 from lmserve.v1 import lm_service_pb2 as pb
 
 FINISH_REASONS = {
@@ -207,7 +208,7 @@ async def echo_piece(
     if not prompt or (body.logprobs is None and body.max_tokens != 0):
         return piece  # nothing to score, or nothing asked of the score
     answer = await servicer.Score(score_request, NoDeadline())
-    response = pb.ScoreResponse.FromString(answer) if isinstance(answer, bytes) else answer
+    response = pb.ScoreResponse.FromString(answer)
     [result] = response.results
     details = result.details
     piece.prompt_tokens = result.token_count + len(start)
@@ -234,13 +235,9 @@ def _token_prompt(
 ) -> tuple[list[str], list[str], str]:
     """A token-id prompt as the model's tokens (after a leading `<s>`, which is returned apart)
     and its text."""
-    with servicer.models.use(model) as served:
+    with use_model(servicer.models, model) as served:
         vocab = served.vocab
-        for k, token in enumerate(ids):
-            if not 0 <= token < len(vocab):
-                raise InvalidArgument(
-                    f"prompt[{k}]", f"token id must be in [0, {len(vocab)}), got {token}"
-                )
+        ids = prompt_ids(ids, len(vocab), field="prompt")
         start = [vocab.words[vocab.bos_id]] if ids and ids[0] == vocab.bos_id else []
         rest = ids[len(start) :]
         text = detokenize(served.detokenizer()(), rest)
@@ -297,7 +294,7 @@ async def prompt_steps(
         if head is not None and messages is not None:
             end = None
             if body.logprobs is not None:
-                with servicer.models.use(body.model) as served:
+                with use_model(servicer.models, body.model) as served:
                     end = EndToken(served.vocab.words[served.vocab.eos_id])
                     context = prompt if isinstance(prompt, list) else served.encode_prompt(prompt)
             history: dict[int, list[int]] = {}

@@ -74,7 +74,7 @@ def build_site(
         *complete_socket_routes(servicer, calls),
         *demo_page_routes(),
         *openai_routes(servicer, calls, max_message_bytes=max_message_bytes),
-        *tokenizer_routes(servicer, calls),
+        *tokenizer_routes(servicer, calls, max_message_bytes=max_message_bytes),
     ]
     # connectrpc types its __call__ with asgiref's scope TypedDicts, Starlette with mappings:
     # the same ASGI callable.

@@ -12,6 +12,7 @@ may be left out when the server serves one model. Errors are OpenAI-shaped, as o
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -20,16 +21,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from lmserve.server.api.generation import prompt_ids
 from lmserve.server.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
-from lmserve.server.api.http.openai_api import error_response
+from lmserve.server.api.http.openai_api import error_response, read_body
 from lmserve.server.api.http.openapi import openapi_document
+from lmserve.server.api.model_use import use_model
 from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.decoding.detokenize import detokenize
 from lmserve.server.decoding.scoring import check_token_count
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.front.models.served_model import ServedModel
-
-MAX_BODY_BYTES = 16 << 20
 
 
 def _model_name(servicer: LanguageModelServicer, given: object) -> str:
@@ -45,10 +46,8 @@ def _model_name(servicer: LanguageModelServicer, given: object) -> str:
     return ready[0]
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise InvalidArgument("body", f"is {len(raw)} bytes, more than {MAX_BODY_BYTES}")
+async def _json_body(request: Request, limit: int) -> dict[str, Any]:
+    raw = await read_body(request, limit)
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -58,17 +57,20 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def tokenizer_routes(servicer: LanguageModelServicer, calls: HttpCalls) -> list[BaseRoute]:
-    """The `/tokenize`, `/detokenize` and `/tokenizer_info` routes."""
+def tokenizer_routes(
+    servicer: LanguageModelServicer, calls: HttpCalls, *, max_message_bytes: int
+) -> list[BaseRoute]:
+    """The `/tokenize`, `/detokenize` and `/tokenizer_info` routes (bodies up to the gRPC
+    port's message size)."""
 
     async def tokenize(request: Request) -> Response:
         try:
             async with calls.call("Tokenize", request.headers) as call:
-                body = await _json_body(request)
+                body = await _json_body(request, max_message_bytes)
                 prompt = body.get("prompt")
                 if not isinstance(prompt, str):
                     raise InvalidArgument("prompt", "must be a string")
-                with servicer.models.use(_model_name(servicer, body.get("model"))) as served:
+                with use_model(servicer.models, _model_name(servicer, body.get("model"))) as served:
                     ids = _encode(served, prompt)
                     if body.get("add_special_tokens") is True:
                         ids = [served.vocab.bos_id, *ids]
@@ -81,13 +83,13 @@ def tokenizer_routes(servicer: LanguageModelServicer, calls: HttpCalls) -> list[
     async def detokenize_ids(request: Request) -> Response:
         try:
             async with calls.call("Detokenize", request.headers) as call:
-                body = await _json_body(request)
+                body = await _json_body(request, max_message_bytes)
                 tokens = body.get("tokens")
                 if not isinstance(tokens, list) or not all(
                     isinstance(t, int) and not isinstance(t, bool) for t in tokens
                 ):
                     raise InvalidArgument("tokens", "must be a list of token ids")
-                with servicer.models.use(_model_name(servicer, body.get("model"))) as served:
+                with use_model(servicer.models, _model_name(servicer, body.get("model"))) as served:
                     text = _text_of(served, tokens)
         except CallFailed as failed:
             return error_response(failed)
@@ -97,7 +99,7 @@ def tokenizer_routes(servicer: LanguageModelServicer, calls: HttpCalls) -> list[
         try:
             async with calls.call("TokenizerInfo", request.headers) as call:
                 name = _model_name(servicer, request.query_params.get("model"))
-                with servicer.models.use(name) as served:
+                with use_model(servicer.models, name) as served:
                     vocab = served.vocab
                     info = {
                         "model": served.name,
@@ -125,11 +127,8 @@ def tokenizer_routes(servicer: LanguageModelServicer, calls: HttpCalls) -> list[
 
 
 def _text_of(served: ServedModel, tokens: list[int]) -> str:
-    size = len(served.vocab)
-    for k, token in enumerate(tokens):
-        if not 0 <= token < size:
-            raise InvalidArgument(f"tokens[{k}]", f"token id must be in [0, {size}), got {token}")
-    return detokenize(served.detokenizer()(), tokens)
+    ids = prompt_ids(tokens, len(served.vocab), field="tokens")
+    return detokenize(served.detokenizer()(), ids)
 
 
 def _encode(served: ServedModel, prompt: str) -> list[int]:
@@ -137,7 +136,7 @@ def _encode(served: ServedModel, prompt: str) -> list[int]:
     as those tokens, the text between them by the model's tokenizer."""
     vocab = served.vocab
     specials = {vocab.words[i]: i for i in (vocab.bos_id, vocab.eos_id, vocab.unk_id)}
-    pattern = re.compile("(" + "|".join(re.escape(w) for w in specials) + ")")
+    pattern = _specials_pattern(*specials)
     ids: list[int] = []
     for part in pattern.split(prompt):
         if part in specials:
@@ -146,3 +145,9 @@ def _encode(served: ServedModel, prompt: str) -> list[int]:
             ids.extend(served.encode_prompt(part))
     check_token_count("prompt", len(ids), served.limits.requests.max_tokens_per_text)
     return ids
+
+
+@functools.lru_cache(maxsize=64)
+def _specials_pattern(*specials: str) -> re.Pattern[str]:
+    """Splits a prompt at the special tokens written as themselves (kept as parts)."""
+    return re.compile("(" + "|".join(re.escape(w) for w in specials) + ")")

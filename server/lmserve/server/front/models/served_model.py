@@ -179,9 +179,7 @@ class ServedModel:
         """Score's whole response as wire bytes (`model` as the request named it): tokenized
         here, scored and built by the engine, handed on as they are."""
         prepared = await self.prepare(texts, options, details=details)
-        answer = await self.engine.score_response(
-            prepared.for_engine(finish=True), model, bias, deadline
-        )
+        answer = await self.engine.score_response(prepared, model, bias, deadline)
         if self._metrics is not None:
             self._metrics.record_scored(self.name, len(prepared.lengths), prepared.scored_tokens)
         return answer
@@ -221,12 +219,9 @@ class ServedModel:
     async def score_prepared(
         self, prepared: PreparedScoring, deadline: float | None = None
     ) -> ScoredTexts:
-        """Scores a prepared request: inline when cheaper than a hop, else on the engine."""
-        inline = self.scorer.has_backend  # weights here: in-process engines only
-        if inline and self.limits.scoring.runs_inline(self.neural, prepared.scored_tokens):
-            scores = prepared.run(self.backend)
-        else:
-            scores = await self.engine.score(prepared.for_engine(), deadline)
+        """Scores a prepared request on the engine (which runs it inline when that is cheaper
+        than a hop); the words only `Scorer.finish` reads stay here."""
+        scores = await self.engine.score(prepared.for_engine(), deadline)
         scored = self.scorer.finish(prepared, scores)
         if self._metrics is not None:
             self._metrics.record_scored(self.name, len(scored), scored.total_tokens)

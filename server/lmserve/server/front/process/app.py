@@ -99,7 +99,7 @@ class RunningServer:
                 await asyncio.wait_for(self._hurry.wait(), notice)
         grace = 0 if self._hurry.is_set() else grace
         if self.fronts is not None:  # they drain their own calls meanwhile
-            self.fronts.stop(grace)
+            self.fronts.stop()
         if self.http is not None:
             await asyncio.gather(self.server.stop(grace), self.http.stop(grace))
         else:
@@ -323,7 +323,7 @@ async def serve(settings: Settings) -> None:
         log.info("SIGHUP: reloading the model repository")
         task = asyncio.create_task(running.reload())
         reloads.add(task)
-        task.add_done_callback(_reload_done(reloads))
+        task.add_done_callback(reload_done(reloads))
 
     loop.add_signal_handler(signal.SIGHUP, on_sighup)
     await stop.wait()
@@ -346,7 +346,9 @@ async def serve(settings: Settings) -> None:
     log.info("stopped")
 
 
-def _reload_done(tasks: set[asyncio.Task[Any]]) -> Any:
+def reload_done(tasks: set[asyncio.Task[Any]]) -> Any:
+    """A reload task's callback: forgets the task, logs a failed reload."""
+
     def done(task: asyncio.Task[Any]) -> None:
         tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:

@@ -2,7 +2,7 @@
 
     fronts = ExtraFronts(settings, port, directory)   # the first front, once it serves
     await fronts.start()                              # N - 1 processes, each READY when it binds
-    fronts.reload(); fronts.stop(grace); fronts.join(5.0)
+    fronts.reload(); fronts.stop(); fronts.join(5.0)
 
     python -m lmserve.server.front.process.extra_fronts   # one of them (config on stdin)
 
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lmserve.server.front.workers.directory import WorkerDirectory
+from lmserve.server.front.workers.launch import exit_description, wait_exit
 from lmserve.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -91,15 +92,16 @@ class ExtraFronts:
             self._processes[index] = process
         line = process.stdout.readline()  # "serving" once bound, or EOF if it failed
         if line.strip() != b"serving":
-            log.error("front %d failed to start (exit status %s)", index, process.wait())
+            process.wait()
+            log.error("front %d failed to start: it %s", index, exit_description(process))
         threading.Thread(target=self._watch, args=(index, process), daemon=True).start()
 
     def _watch(self, index: int, process: subprocess.Popen[bytes]) -> None:
         """Restarts a front that exits while the server runs."""
-        code = process.wait()
+        process.wait()
         if self._stopping:
             return
-        log.warning("front %d exited (status %s); restarting it", index, code)
+        log.warning("front %d %s; restarting it", index, exit_description(process))
         threading.Event().wait(RESTART_SECONDS)
         if not self._stopping:
             self._start(index)
@@ -113,7 +115,8 @@ class ExtraFronts:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGHUP)
 
-    def stop(self, grace: float | None) -> None:
+    def stop(self) -> None:
+        """Tells each front to stop (SIGTERM: each drains on its own grace period)."""
         self._stopping = True
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
@@ -124,16 +127,14 @@ class ExtraFronts:
         with self._lock:
             processes = list(self._processes.values())
         for process in processes:
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
+            if wait_exit(process, timeout) is None:
                 process.kill()
                 process.wait(1.0)
         self.directory.remove()
 
 
 async def _serve_other(config: ExtraFrontConfig) -> None:
-    from lmserve.server.front.process.app import OtherFront, start_server
+    from lmserve.server.front.process.app import OtherFront, reload_done, start_server
 
     settings = config.settings
     running = await start_server(
@@ -149,7 +150,7 @@ async def _serve_other(config: ExtraFrontConfig) -> None:
     def on_sighup() -> None:
         task = loop.create_task(running.reload())
         reloads.add(task)
-        task.add_done_callback(reloads.discard)
+        task.add_done_callback(reload_done(reloads))
 
     loop.add_signal_handler(signal.SIGHUP, on_sighup)
     await stop.wait()

@@ -27,8 +27,6 @@ from lmserve.server.shared import protocol
 from lmserve.server.worker.process import WorkerSpec
 
 _WORKER_MODULE = "lmserve.server.worker.process"
-# Socket buffers: a large scoring request or reply is written in few system calls.
-_SOCKET_BUFFER_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -79,8 +77,7 @@ def launch(spec: WorkerSpec) -> Launched:
     """Starts the worker and sends it its spec; `handshake` waits for it to be READY."""
     front, back = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     for sock in (front, back):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER_BYTES)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
+        protocol.tune_socket(sock)
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", _WORKER_MODULE, str(back.fileno())],

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -54,7 +53,6 @@ class WorkerPool:
         self._live: dict[int, WorkerEngine] = {}
         # With several fronts: where each model's worker can be reached by the others.
         self.directory = directory
-        self._launches = itertools.count(1)
 
     def __call__(self, entries: Sequence[ModelEntry]) -> list[ModelEngine]:
         """Starts one worker per entry, all at once, and waits until each is READY or failed

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -23,6 +24,7 @@ from lmserve.server.front.workers.calls import EngineCalls
 from lmserve.server.front.workers.connection import WorkerConnection
 from lmserve.server.front.workers.directory import WorkerDirectory
 from lmserve.server.registry.repository import ModelEntry
+from lmserve.server.shared.protocol import tune_socket
 from lmserve.server.worker.limits import EngineLimits
 
 log = logging.getLogger(__name__)
@@ -70,11 +72,14 @@ class RemoteWorkerEngine(EngineCalls):
                 return
             address = self._directory.address(self.name)
             if address:
+                # Made before connecting: a worker gone at once sets this very event.
+                gone = asyncio.Event()
                 try:
-                    _, connection = await self._loop.create_unix_connection(
-                        lambda: WorkerConnection(
+                    transport, connection = await self._loop.create_unix_connection(
+                        functools.partial(
+                            WorkerConnection,
                             self.name,
-                            self._lost,
+                            _setting(gone),
                             max_unread_events=self._limits.generation.max_unread_events,
                         ),
                         address,
@@ -82,26 +87,17 @@ class RemoteWorkerEngine(EngineCalls):
                 except OSError as exc:
                     log.debug("model %s: worker at %r not reachable: %s", self.name, address, exc)
                 else:
+                    tune_socket(transport.get_extra_info("socket"))
                     self._connection = connection
                     self.connected.set()
                     self._health(True)
                     delay = MIN_RETRY_SECONDS
-                    await self._lost_event().wait()
+                    await gone.wait()
                     self.connected.clear()
                     self._health(False)
                     continue
             await asyncio.sleep(delay)
             delay = min(MAX_RETRY_SECONDS, delay * 2)
-
-    def _lost_event(self) -> asyncio.Event:
-        self._gone = asyncio.Event()
-        return self._gone
-
-    def _lost(self, connection: WorkerConnection) -> None:
-        connection.lost_reason = "its engine worker stopped"
-        gone = getattr(self, "_gone", None)
-        if gone is not None:
-            gone.set()
 
     def _health(self, serving: bool) -> None:
         if self._on_health is not None:
@@ -165,3 +161,8 @@ class RemoteEngines:
 
         asyncio.run_coroutine_threadsafe(connect_all(), self.loop).result()
         return list(engines)
+
+
+def _setting(event: asyncio.Event) -> Callable[[WorkerConnection], None]:
+    """A connection's on_lost that sets `event`."""
+    return lambda _connection: event.set()

@@ -242,8 +242,9 @@ class ScoringQueue:
             try:
                 self._serve(picked, jobs, small)
             finally:
-                with self._cond:
+                with self._cond:  # the lane may take what this pass's requests left
                     self._long_pass = False
+                    self._cond.notify_all()
 
     def _run_lane(self) -> None:
         """The interactive lane (see the module doc): short requests beside a long pass."""
@@ -260,6 +261,8 @@ class ScoringQueue:
                     return
             jobs = [picked] if isinstance(picked, StepJob) else [job for job, _ in picked]
             self._serve(picked, jobs, True)
+            with self._cond:  # the main thread may take what this pass's requests left
+                self._cond.notify_all()
 
     def _serve(
         self,
@@ -280,8 +283,6 @@ class ScoringQueue:
                     self._drop(job)
             for job in jobs:
                 self._fail(job, exc)
-        with self._cond:  # the other thread may take what this one's requests left
-            self._cond.notify_all()
 
     def _pick(self, lane: int, fresh: bool = True) -> list[tuple[Job, np.ndarray]] | StepJob:
         """The next pass of `lane` (0: the main thread; 1: the interactive lane, which takes
