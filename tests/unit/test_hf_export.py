@@ -6,66 +6,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from hf_models import BUILDERS, VOCAB, checkpoint
+from tokenizers import Tokenizer
+from transformers import GPT2LMHeadModel
 
 from lmserve.export.hf.checkpoint import CheckpointError, cache_shape, read_checkpoint
-from lmserve.export.hf.graph import past_names, present_names
-from lmserve.export.hf.importer import GRAPH, export_checkpoint, sample_ids
+from lmserve.export.hf.importer import export_checkpoint, sample_ids
 from lmserve.export.hf.parity import PARITY_NATS, check_parity
-
-VOCAB = 300
-CORPUS = [
-    "In the beginning God created the heaven and the earth.",
-    "And the earth was without form, and void; and darkness was upon the face of the deep.",
-    "And God said, Let there be light: and there was light.",
-]
-
-
-def _byte_level_tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    return tokenizer
-
-
-def _gpt2() -> Any:
-    return GPT2LMHeadModel(
-        GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4)
-    )
-
-
-def _llama() -> Any:
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped-query attention
-        max_position_embeddings=64,
-    )
-    return LlamaForCausalLM(config)
-
-
-BUILDERS = {"gpt2": _gpt2, "llama": _llama}
+from lmserve.server.backends.transformer import past_names, present_names
+from lmserve.server.pretrained_manifest import GRAPH
 
 
 def _checkpoint(folder: Path, build: str, seed: int = 0) -> Path:
-    torch.manual_seed(seed)
-    BUILDERS[build]().save_pretrained(folder)
-    _byte_level_tokenizer().save(str(folder / "tokenizer.json"))
-    return folder
+    return checkpoint(folder, build, seed)
 
 
 @pytest.mark.parametrize("build", sorted(BUILDERS))
@@ -75,7 +32,7 @@ def test_the_graph_equals_transformers_in_one_pass_through_the_cache_and_padded(
     folder = _checkpoint(tmp_path / "checkpoint", build)
     out = tmp_path / "out"
     export_checkpoint(folder, out)  # refuses a graph more than PARITY_NATS from transformers
-    assert {p.name for p in out.iterdir()} == {GRAPH, "tokenizer.json", "config.json"}
+    assert {p.name for p in out.iterdir()} == {GRAPH, "tokenizer.json", "config.json", "model.yaml"}
     session = ort.InferenceSession(str(out / GRAPH), providers=["CPUExecutionProvider"])
     layers = read_checkpoint(folder).cache.layers
     assert [i.name for i in session.get_inputs()] == [

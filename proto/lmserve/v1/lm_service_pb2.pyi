@@ -16,6 +16,7 @@ class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_KIND_GRU: _ClassVar[ModelKind]
     MODEL_KIND_INTERPOLATED: _ClassVar[ModelKind]
     MODEL_KIND_FFNN: _ClassVar[ModelKind]
+    MODEL_KIND_TRANSFORMER: _ClassVar[ModelKind]
 
 class ModelFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -32,6 +33,7 @@ class TokenizerKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOKENIZER_KIND_WORD: _ClassVar[TokenizerKind]
     TOKENIZER_KIND_CHARACTER: _ClassVar[TokenizerKind]
     TOKENIZER_KIND_BPE: _ClassVar[TokenizerKind]
+    TOKENIZER_KIND_HUGGINGFACE: _ClassVar[TokenizerKind]
 
 class ModelState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +69,7 @@ MODEL_KIND_LSTM: ModelKind
 MODEL_KIND_GRU: ModelKind
 MODEL_KIND_INTERPOLATED: ModelKind
 MODEL_KIND_FFNN: ModelKind
+MODEL_KIND_TRANSFORMER: ModelKind
 MODEL_FORMAT_UNSPECIFIED: ModelFormat
 MODEL_FORMAT_ARPA: ModelFormat
 MODEL_FORMAT_NGRAM_BINARY: ModelFormat
@@ -77,6 +80,7 @@ TOKENIZER_KIND_UNSPECIFIED: TokenizerKind
 TOKENIZER_KIND_WORD: TokenizerKind
 TOKENIZER_KIND_CHARACTER: TokenizerKind
 TOKENIZER_KIND_BPE: TokenizerKind
+TOKENIZER_KIND_HUGGINGFACE: TokenizerKind
 MODEL_STATE_UNSPECIFIED: ModelState
 MODEL_STATE_READY: ModelState
 MODEL_STATE_FAILED: ModelState
@@ -173,7 +177,7 @@ class Provenance(_message.Message):
     def __init__(self, training_corpus: _Optional[str] = ..., trained_by: _Optional[str] = ..., created: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., source: _Optional[str] = ..., parity: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "version", "kind", "format", "order", "num_layers", "hidden_size", "embedding_size", "vocab_size", "tokenizer", "special_tokens", "capabilities", "provenance", "state", "load_error", "description", "ngram_storage")
+    __slots__ = ("name", "version", "kind", "format", "order", "num_layers", "hidden_size", "embedding_size", "vocab_size", "tokenizer", "special_tokens", "capabilities", "provenance", "state", "load_error", "description", "ngram_storage", "transformer")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +195,7 @@ class ModelInfo(_message.Message):
     LOAD_ERROR_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     NGRAM_STORAGE_FIELD_NUMBER: _ClassVar[int]
+    TRANSFORMER_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     kind: ModelKind
@@ -208,7 +213,24 @@ class ModelInfo(_message.Message):
     load_error: str
     description: str
     ngram_storage: NgramStorage
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., format: _Optional[_Union[ModelFormat, str]] = ..., order: _Optional[int] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., embedding_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., special_tokens: _Optional[_Union[SpecialTokens, _Mapping]] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., load_error: _Optional[str] = ..., description: _Optional[str] = ..., ngram_storage: _Optional[_Union[NgramStorage, _Mapping]] = ...) -> None: ...
+    transformer: TransformerInfo
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., format: _Optional[_Union[ModelFormat, str]] = ..., order: _Optional[int] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., embedding_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., special_tokens: _Optional[_Union[SpecialTokens, _Mapping]] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., load_error: _Optional[str] = ..., description: _Optional[str] = ..., ngram_storage: _Optional[_Union[NgramStorage, _Mapping]] = ..., transformer: _Optional[_Union[TransformerInfo, _Mapping]] = ...) -> None: ...
+
+class TransformerInfo(_message.Message):
+    __slots__ = ("architecture", "max_positions", "num_layers", "kv_heads", "head_dim", "cache_bytes_per_position")
+    ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
+    MAX_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    KV_HEADS_FIELD_NUMBER: _ClassVar[int]
+    HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    CACHE_BYTES_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
+    architecture: str
+    max_positions: int
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    cache_bytes_per_position: int
+    def __init__(self, architecture: _Optional[str] = ..., max_positions: _Optional[int] = ..., num_layers: _Optional[int] = ..., kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., cache_bytes_per_position: _Optional[int] = ...) -> None: ...
 
 class NgramStorage(_message.Message):
     __slots__ = ("layout", "ngram_counts", "bytes", "bytes_per_ngram", "max_prob_error", "max_backoff_error", "max_token_error")

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "export-rnn": "lmserve.export.rnn.export_command",
     "import-onnx": "lmserve.export.custom.import_onnx_command",
     "import-torchscript": "lmserve.export.custom.import_torchscript_command",
+    "import-hf": "lmserve.export.hf.command",
 }
 
 

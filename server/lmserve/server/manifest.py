@@ -37,6 +37,9 @@ class ModelKind(StrEnum):
     # Feed-forward (Bengio) neural LM over a fixed window of previous tokens.
     FFNN = "ffnn"
     INTERPOLATED = "interpolated"
+    # A decoder-only transformer whose state is a key/value cache (one ONNX graph with past
+    # key values, optimum's layout).
+    TRANSFORMER = "transformer"
 
 
 class ModelFormat(StrEnum):
@@ -51,6 +54,9 @@ class TokenizerKind(StrEnum):
     WORD = "word"
     CHARACTER = "character"
     BPE = "bpe"
+    # A Hugging Face `tokenizer.json` taken as it is (byte-level BPE, SentencePiece-style BPE,
+    # WordPiece...): the checkpoint's own tokens, words being what whitespace separates.
+    HUGGINGFACE = "huggingface"
 
 
 class _Strict(BaseModel):
@@ -156,11 +162,15 @@ def confined_path(folder: Path, key: str, path: str) -> Path:
 
 
 def find_manifest(folder: Path) -> Path | None:
+    """The folder's manifest file; for a folder an optimum ONNX export wrote (no manifest),
+    its `config.json`, which `read_manifest` reads as one (`pretrained_manifest`)."""
     for name in MANIFEST_NAMES:
         candidate = folder / name
         if candidate.is_file():
             return candidate
-    return None
+    from lmserve.server.pretrained_manifest import CONFIG, is_optimum_folder
+
+    return folder / CONFIG if is_optimum_folder(folder) else None
 
 
 def read_manifest(folder: Path) -> ModelManifest:
@@ -168,6 +178,13 @@ def read_manifest(folder: Path) -> ModelManifest:
     path = find_manifest(folder)
     if path is None:
         raise ManifestError(str(folder), f"no manifest ({' or '.join(MANIFEST_NAMES)})")
+    if path.name not in MANIFEST_NAMES:  # an optimum export's folder
+        from lmserve.server.pretrained_manifest import pretrained_manifest
+
+        try:
+            return pretrained_manifest(folder, name=folder.name)
+        except ValidationError as exc:
+            raise ManifestError(str(path), f"cannot serve this folder: {exc}") from exc
     try:
         text = path.read_text(encoding="utf-8")
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

@@ -166,6 +166,9 @@ class Settings(BaseSettings):
     # A Generate stream with more events waiting for its handler than this (a client that
     # stopped reading) has its sequences parked, keeping their slots, until it drained to half.
     max_unread_events: int = Field(default=256, ge=1)
+    # A transformer's key/value cache (bytes, per model) that its generating samples may
+    # reserve, each sample (1 + prompt + max_new_tokens) positions: requests beyond it wait.
+    max_cache_bytes: int = Field(default=1 << 30, ge=1)
 
     # -- engine workers ------------------------------------------------------------------------
     # Each served model computes in an engine worker process of its own (`lmserve: engine

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmserve.server.backends.transformer import CacheShape
+from lmserve.server.errors import ModelLoadError
+
+__all__ = ["CacheShape", "Checkpoint", "CheckpointError", "cache_shape", "read_checkpoint"]
+
 # Architectures whose decoders are exported and checked (learned positions; RoPE, RMSNorm and
 # grouped-query attention).
 SUPPORTED_ARCHITECTURES = ("GPT2LMHeadModel", "LlamaForCausalLM")
@@ -18,21 +23,6 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 class CheckpointError(ValueError):
     """The checkpoint folder cannot be imported; the message says what to fix."""
-
-
-@dataclass(frozen=True)
-class CacheShape:
-    """The key/value cache of one decoder: per layer a key and a value of
-    [batch, kv_heads, positions, head_dim]."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
-    max_positions: int
-
-    def bytes_per_position(self, itemsize: int = 4) -> int:
-        """Cache bytes one stream adds per token it has read (keys and values, every layer)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * itemsize
 
 
 @dataclass(frozen=True)
@@ -78,21 +68,9 @@ def read_checkpoint(folder: Path) -> Checkpoint:
     return Checkpoint(folder, config, supported[0], tokenizer_file)
 
 
-def _stated(config: dict[str, Any], *keys: str) -> int:
-    """The first of `keys` that config.json states as an integer (GPT-2's name or Llama's)."""
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int):
-            return value
-    raise CheckpointError(f"config.json does not state {' or '.join(keys)}")
-
-
 def cache_shape(config: dict[str, Any]) -> CacheShape:
-    """The cache shape a transformers config implies."""
-    heads = _stated(config, "num_attention_heads", "n_head")
-    return CacheShape(
-        layers=_stated(config, "num_hidden_layers", "n_layer"),
-        kv_heads=int(config.get("num_key_value_heads") or heads),
-        head_dim=int(config.get("head_dim") or _stated(config, "hidden_size", "n_embd") // heads),
-        max_positions=_stated(config, "max_position_embeddings", "n_positions"),
-    )
+    """The cache shape a transformers config implies; CheckpointError names a missing key."""
+    try:
+        return CacheShape.from_config(config, "config.json")
+    except ModelLoadError as error:
+        raise CheckpointError(f"config.json: {error.reason}") from None

@@ -11,18 +11,10 @@ from typing import Any
 
 import torch
 
-from lmserve.export.hf.checkpoint import CacheShape
+from lmserve.server.backends.transformer import CacheShape, past_names, present_names
 
 INPUTS = ("input_ids", "attention_mask", "position_ids")
 OPSET = 17
-
-
-def past_names(layers: int) -> list[str]:
-    return [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-
-
-def present_names(layers: int) -> list[str]:
-    return [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
 
 
 class _WithFlatCache(torch.nn.Module):

@@ -16,8 +16,7 @@ import onnxruntime as ort  # type: ignore[import-untyped,unused-ignore]
 import torch
 
 from lmserve.export.custom.checks import log_softmax
-from lmserve.export.hf.checkpoint import CacheShape
-from lmserve.export.hf.graph import past_names
+from lmserve.server.backends.transformer import CacheShape, past_names
 
 PARITY_NATS = 1e-4
 

@@ -5,7 +5,7 @@ Score's and Generate's responses are built where they are computed (`worker.repl
 from __future__ import annotations
 
 from lmserve.server.decoding.scoring import PerplexityStats
-from lmserve.server.manifest import ModelFormat, ModelKind
+from lmserve.server.manifest import ModelFormat, ModelKind, TokenizerKind
 from lmserve.server.registry.repository import ModelEntry, ModelState
 from lmserve.v1 import lm_service_pb2 as pb
 
@@ -16,6 +16,7 @@ _KINDS = {
     ModelKind.GRU: pb.MODEL_KIND_GRU,
     ModelKind.INTERPOLATED: pb.MODEL_KIND_INTERPOLATED,
     ModelKind.FFNN: pb.MODEL_KIND_FFNN,
+    ModelKind.TRANSFORMER: pb.MODEL_KIND_TRANSFORMER,
 }
 _FORMATS = {
     ModelFormat.ARPA: pb.MODEL_FORMAT_ARPA,
@@ -28,6 +29,7 @@ _TOKENIZERS = {
     "word": pb.TOKENIZER_KIND_WORD,
     "character": pb.TOKENIZER_KIND_CHARACTER,
     "bpe": pb.TOKENIZER_KIND_BPE,
+    "huggingface": pb.TOKENIZER_KIND_HUGGINGFACE,
 }
 
 
@@ -64,8 +66,21 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
     info.num_layers = int(arch.get("num_layers", 0))
     info.hidden_size = int(arch.get("hidden_size", 0))
     info.embedding_size = int(arch.get("embedding_size", 0))
+    if manifest.kind is ModelKind.TRANSFORMER:
+        info.transformer.CopyFrom(
+            pb.TransformerInfo(
+                architecture=str(arch.get("architecture", "")),
+                max_positions=int(arch.get("max_positions", 0)),
+                num_layers=int(arch.get("num_layers", 0)),
+                kv_heads=int(arch.get("kv_heads", 0)),
+                head_dim=int(arch.get("head_dim", 0)),
+                cache_bytes_per_position=int(arch.get("cache_bytes_per_position", 0)),
+            )
+        )
     spec = manifest.tokenizer
     rule = f"words matching {spec.pattern}" if spec.pattern else "whitespace-separated words"
+    if spec.kind is TokenizerKind.HUGGINGFACE:
+        rule = "the checkpoint's tokenizer.json; words are whitespace-separated"
     info.tokenizer.CopyFrom(
         pb.TokenizerInfo(
             kind=_TOKENIZERS[spec.kind.value],

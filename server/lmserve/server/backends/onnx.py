@@ -124,13 +124,13 @@ class OnnxBackend(RecurrentBackend):
         state_outputs = {
             f"{s.name}_out": s.shape[-1] if s.shape[-1] > 0 else None for s in spec.layouts
         }
-        score = _session(
+        score = open_session(
             manifest.file_path(folder, "score"),
             options,
             ["tokens", "targets", *state_inputs],
             {"token_log_probs": None, **state_outputs},
         )
-        step = _session(
+        step = open_session(
             manifest.file_path(folder, "step"),
             options,
             ["tokens", *state_inputs],
@@ -182,7 +182,7 @@ class OnnxBackend(RecurrentBackend):
         return out[0], tuple(out[1:])
 
 
-def _session(
+def open_session(
     path: Path, options: OnnxOptions, inputs: list[str], outputs: dict[str, int | None]
 ) -> Any:
     """One session for one graph, refused with the file's name when it does not fit."""

@@ -22,6 +22,8 @@ Implementations:
   (`next_token_log_probs_batch`, float32, in C); other backends cost one distribution per
   distinct context in the batch (rows sharing a context, like beams or samples of one prompt,
   share it).
+- `KvStepper` (`kv_stepping`): a transformer; the state is each row's key/value cache,
+  left-padded, and a step is one batched graph call with T = 1.
 - `InterpolatedStepper`: one stepper per component, states side by side, the distributions mixed
   by log sum_i w_i p_i over the common vocabulary.
 
@@ -38,8 +40,10 @@ import numpy.typing as npt
 
 from lmserve.server.backends.base import FloatArray, LanguageModelBackend, Vocabulary
 from lmserve.server.backends.interpolated import InterpolatedBackend
+from lmserve.server.backends.kv_stepping import KvStepper
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.recurrent import RecurrentBackend, RecurrentState
+from lmserve.server.backends.transformer import TransformerBackend
 from lmserve.server.errors import Unimplemented
 
 IndexArray = npt.NDArray[np.int64]
@@ -331,9 +335,12 @@ class InterpolatedStepper:
 
 
 def make_stepper(backend: LanguageModelBackend) -> Stepper:
-    """The stepper for a backend: recurrent, n-gram (order-1 context), interpolated, or any."""
+    """The stepper for a backend: recurrent, transformer (its key/value cache), n-gram
+    (order-1 context), interpolated, or any."""
     if isinstance(backend, RecurrentBackend):
         return RecurrentStepper(backend)
+    if isinstance(backend, TransformerBackend):
+        return KvStepper(backend)
     if isinstance(backend, NgramModel):
         return ContextStepper(backend, max_context=backend.order - 1)
     if isinstance(backend, InterpolatedBackend):

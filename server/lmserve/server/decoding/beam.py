@@ -116,7 +116,8 @@ class BeamSearch:
         if scores.shape[0] != len(self.live):
             raise ValueError(f"{scores.shape[0]} rows for {len(self.live)} live beams")
         length = len(self.live[0][0]) + 1  # of the candidates
-        scores[:, self.bos_id] = -np.inf
+        if self.bos_id not in self.ends:  # GPT-2's one token starts and ends a text
+            scores[:, self.bos_id] = -np.inf
         if length - 1 < p.min_length:
             scores[:, list(self.ends)] = -np.inf
         for b, (tokens, logp) in enumerate(self.live):

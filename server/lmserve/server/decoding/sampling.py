@@ -120,8 +120,9 @@ class SequenceSampler:
         self._counts[token] = self._counts.get(token, 0) + 1
 
     def banned(self, eos_id: int, bos_id: int) -> list[int]:
-        """Ids that must not come next: `<s>`, suppressed ends, repeated n-grams."""
-        out = [bos_id]
+        """Ids that must not come next: `<s>` (unless it also ends a text, as GPT-2's one
+        token does), suppressed ends, repeated n-grams."""
+        out = [bos_id] if bos_id != eos_id else []
         early = self.num_generated < self.min_new_tokens
         if self.ignore_eos or early:
             out.append(eos_id)
@@ -208,7 +209,8 @@ def _penalise_and_ban(
             bad.add(i)
             continue
         logits[i] = source[i]
-        logits[i, bos_id] = -np.inf
+        if bos_id != eos_id:
+            logits[i, bos_id] = -np.inf
         row_max[i] = logits[i].max()
         if not np.isfinite(row_max[i]):
             bad.add(i)

@@ -27,6 +27,7 @@ from lmserve.server.errors import ModelLoadError
 from lmserve.server.manifest import ModelFormat, ModelKind, ModelManifest, TokenizerKind
 from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import CharCodec, escape_token, read_vocab_file
+from lmserve.server.text.pretrained import PretrainedCodec
 
 # Neural kinds served by the state-in/state-out backends (the feed-forward model's state is its
 # window of previous ids).
@@ -99,6 +100,35 @@ def _torchscript(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> Lan
     return TorchScriptBackend.load(folder, manifest, max_chunk_tokens=ctx.onnx.max_chunk_tokens)
 
 
+def _transformer(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> LanguageModelBackend:
+    from lmserve.server.backends.transformer import TransformerBackend
+
+    vocab = transformer_vocabulary(folder, manifest)
+    return TransformerBackend.load(folder, manifest, ctx.onnx, vocab)
+
+
+def transformer_vocabulary(folder: Path, manifest: ModelManifest) -> Vocabulary:
+    """A transformer's tokens: its tokenizer.json's (padded to the model's output size), or a
+    word model's `vocab.txt`."""
+    codec = read_subword_codec(folder, manifest)
+    if codec is not None:
+        return codec.vocab
+    path = manifest.file_path(folder, "vocab")
+    specials = manifest.special_tokens
+    try:
+        return Vocabulary.from_words(
+            read_vocab_file(path, escape=False),
+            unk=specials.unk,
+            bos=specials.bos,
+            eos=specials.eos,
+            pad=specials.pad,
+        )
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(str(path), "unreadable vocabulary", f"{exc}") from exc
+    except (KeyError, ValueError) as exc:
+        raise ModelLoadError(str(path), f"vocabulary: {exc}") from exc
+
+
 def interpolation_components(folder: Path, manifest: ModelManifest) -> list[tuple[str, float]]:
     """`architecture.components`: [(model name, weight)], weights >= 0 summing to 1."""
     where = str(folder / "model.yaml")
@@ -142,6 +172,7 @@ LOADERS: dict[tuple[ModelKind, ModelFormat], Loader] = {
     **{(kind, ModelFormat.ONNX): _onnx for kind in RECURRENT_KINDS},
     **{(kind, ModelFormat.TORCHSCRIPT): _torchscript for kind in RECURRENT_KINDS},
     (ModelKind.INTERPOLATED, ModelFormat.INTERPOLATION): _interpolated,
+    (ModelKind.TRANSFORMER, ModelFormat.ONNX): _transformer,
 }
 
 
@@ -157,6 +188,8 @@ def load_vocabulary(folder: Path, manifest: ModelManifest, ctx: LoadContext) -> 
 
         spec = RecurrentSpec.from_architecture(manifest.architecture, where)
         return read_vocab(manifest.file_path(folder, "vocab"), spec, manifest.special_tokens)
+    if kind is ModelKind.TRANSFORMER:
+        return transformer_vocabulary(folder, manifest)
     if kind is ModelKind.NGRAM:
         from lmserve.server.backends.ngram.folder import ngram_vocabulary
 
@@ -200,7 +233,7 @@ def load_backend(
         main_file = next(iter(manifest.files.values()), None)
         where = str(folder / main_file.path) if main_file else str(folder)
         raise ModelLoadError(where, f"cannot be loaded ({type(exc).__name__})", f"{exc}") from exc
-    if vocab is not None:
+    if vocab is not None and manifest.kind is not ModelKind.TRANSFORMER:  # read from its file
         _adopt_vocabulary(backend, vocab, _token_file(folder, manifest))
     return backend
 
@@ -212,9 +245,11 @@ def _token_file(folder: Path, manifest: ModelManifest) -> Path:
     return manifest.file_path(folder, "arpa" if "arpa" in manifest.files else "model")
 
 
-def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | BpeCodec | None:
-    """The character or BPE codec of a recurrent or n-gram model, from its files; None for
-    word models and mixtures.
+def read_subword_codec(
+    folder: Path, manifest: ModelManifest
+) -> CharCodec | BpeCodec | PretrainedCodec | None:
+    """The character or BPE codec of a recurrent or n-gram model, or a transformer's
+    `tokenizer.json`, from its files; None for word models and mixtures.
 
     Character: `vocab.txt`, escaped, with the manifest's special tokens. BPE: the tokenizer file
     (`tokenizer.file`, default key `tokenizer`). Both split words with the manifest's rule.
@@ -222,6 +257,15 @@ def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | Bpe
     spec = manifest.tokenizer
     if spec.kind is TokenizerKind.WORD or manifest.kind is ModelKind.INTERPOLATED:
         return None
+    if (spec.kind is TokenizerKind.HUGGINGFACE) != (manifest.kind is ModelKind.TRANSFORMER):
+        raise ModelLoadError(
+            str(folder / "model.yaml"),
+            f"a {spec.kind.value} tokenizer is not served with kind {manifest.kind.value!r} "
+            "(transformers take a word or huggingface tokenizer; other kinds word, character "
+            "or bpe)",
+        )
+    if spec.kind is TokenizerKind.HUGGINGFACE:
+        return _pretrained_codec(folder, manifest)
     if manifest.kind not in (*RECURRENT_KINDS, ModelKind.NGRAM):
         raise ModelLoadError(
             str(folder / "model.yaml"),
@@ -249,6 +293,24 @@ def read_subword_codec(folder: Path, manifest: ModelManifest) -> CharCodec | Bpe
         return BpeCodec.from_file(path, lowercase=spec.lowercase, pattern=spec.pattern)
     except Exception as exc:  # tokenizers' own errors, or our checks of its vocabulary
         raise ModelLoadError(str(path), f"BPE tokenizer: {type(exc).__name__}", f"{exc}") from exc
+
+
+def _pretrained_codec(folder: Path, manifest: ModelManifest) -> PretrainedCodec:
+    path = manifest.file_path(folder, manifest.tokenizer.file or "tokenizer")
+    specials = manifest.special_tokens
+    size = manifest.architecture.get("vocab_size")
+    try:
+        return PretrainedCodec.from_file(
+            path,
+            bos=specials.bos,
+            eos=specials.eos,
+            unk=specials.unk,
+            vocab_size=int(size) if isinstance(size, int) else None,
+        )
+    except Exception as exc:  # tokenizers' own errors, or a special token it lacks
+        raise ModelLoadError(
+            str(path), f"tokenizer.json: {type(exc).__name__}: {exc}", f"{exc}"
+        ) from exc
 
 
 def _adopt_vocabulary(backend: LanguageModelBackend, vocab: Vocabulary, path: Path) -> None:

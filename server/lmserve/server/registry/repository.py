@@ -209,7 +209,7 @@ def _neural(manifest: ModelManifest, loaded: dict[str, ModelEntry]) -> bool:
     if manifest.kind is ModelKind.INTERPOLATED:
         names = [c.get("model") for c in manifest.architecture.get("components", [])]
         return any(loaded[n].neural for n in names if isinstance(n, str) and n in loaded)
-    return manifest.kind in RECURRENT_KINDS
+    return manifest.kind in (*RECURRENT_KINDS, ModelKind.TRANSFORMER)
 
 
 def client_load_error(folder: Path, exc: ModelLoadError) -> str:

@@ -60,6 +60,7 @@ class EngineStats:
         self.active_sequences = 0
         self.parked_sequences = 0
         self.pending_requests = 0  # also set by `submit` on the event loop
+        self.cache_bytes_reserved = 0  # a transformer's key/value cache held for its samples
         self.time_to_first_token = Histogram(DURATION_BUCKETS)
         self.inter_token_latency = Histogram(DURATION_BUCKETS)
         # Scoring (the scoring queue's thread).

@@ -106,7 +106,7 @@ class EngineCore:
             limits.sessions,
             stats,
             lowercase=bool(manifest and manifest.tokenizer.lowercase),
-            max_context_tokens=limits.requests.max_tokens_per_text,
+            max_context_tokens=_context_limit(self.stepper, limits.requests.max_tokens_per_text),
             foreground=self.foreground,
         )
 
@@ -221,3 +221,9 @@ class EngineCore:
         deadline = time.monotonic() + timeout
         for part in (self.scoring, self.completer, self.beams):
             part.join(max(0.0, deadline - time.monotonic()))
+
+
+def _context_limit(stepper: Stepper, max_tokens_per_text: int) -> int:
+    """Tokens a Complete session's context may hold: a transformer's positions less `<s>`."""
+    positions = getattr(stepper, "max_positions", None)
+    return max_tokens_per_text if positions is None else min(max_tokens_per_text, positions - 1)

@@ -75,6 +75,7 @@ class EngineLimits:
                 max_running_searches=settings.max_running_searches,
                 max_queued_searches=settings.max_queued_searches,
                 max_unread_events=settings.max_unread_events,
+                max_cache_bytes=settings.max_cache_bytes,
             ),
             sessions=SessionLimits(
                 max_sessions=settings.complete_max_sessions,

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend, Vocabulary
+from lmserve.server.backends.transformer import check_positions
 from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory, token_texts
 from lmserve.server.decoding.scoring import (
@@ -37,6 +38,7 @@ from lmserve.server.decoding.scoring import (
     check_token_count,
 )
 from lmserve.server.errors import Unimplemented
+from lmserve.server.manifest import ModelKind
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
@@ -138,6 +140,13 @@ class ServedModel:
         self._metrics = metrics
         # A model that computes without the GIL (ONNX Runtime, torch) is neural.
         self.neural = entry.neural
+        # A transformer reads a whole batch in one pass and shares the rows' common prefix
+        # through its cache there: stepping a prefix trie token by token would cost more.
+        self.one_pass_rerank = (
+            entry.manifest is not None and entry.manifest.kind is ModelKind.TRANSFORMER
+        )
+        positions = entry.manifest.architecture.get("max_positions") if entry.manifest else None
+        self.max_positions: int | None = positions if self.one_pass_rerank else None
 
     @property
     def backend(self) -> LanguageModelBackend:
@@ -196,6 +205,9 @@ class ServedModel:
         limit = self.limits.requests.max_tokens_per_text
 
         def run() -> PreparedScoring:
+            return self._within_positions(tokenize(), "texts" if texts.texts else "token_lists")
+
+        def tokenize() -> PreparedScoring:
             if texts.texts is not None:
                 return self.scorer.prepare_texts(
                     texts.texts,
@@ -216,6 +228,15 @@ class ServedModel:
             return run()
         return await asyncio.to_thread(run)
 
+    def _within_positions(self, prepared: PreparedScoring, field: str) -> PreparedScoring:
+        """A transformer's texts must each fit its positions (`<s>` and the scored tokens):
+        refused here, by the request's own index, before any work is queued."""
+        if self.max_positions is not None:
+            extra = 1 if prepared.options.eos else 0
+            for i, count in enumerate(np.diff(prepared.batch.offsets).tolist()):
+                check_positions(count + extra, self.max_positions, f"{field}[{i}]")
+        return prepared
+
     async def score_prepared(
         self, prepared: PreparedScoring, deadline: float | None = None
     ) -> ScoredTexts:
@@ -233,9 +254,10 @@ class ServedModel:
         """Totals equal to Score's for the same texts and options, for many hypotheses that
         share prefixes: a neural model feeds each distinct prefix once (`EngineCore.
         prefix_totals`); an n-gram model scores every position (lookups cost less than
-        sharing)."""
+        sharing), and so does a transformer (one pass; a prefix every hypothesis shares is
+        read once through the cache, `backends.transformer`)."""
         prepared = await self.prepare(texts, options)
-        if not self.neural:
+        if not self.neural or self.one_pass_rerank:
             scored = await self.score_prepared(prepared, deadline)
             tokens = prepared.scored_tokens
             return LmScores(scored.log_probs, prepared.lengths, scored.oov_counts, tokens, tokens)

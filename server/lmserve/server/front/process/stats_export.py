@@ -73,6 +73,11 @@ GAUGES = (
         "pending_requests",
     ),
     (
+        "lmserve_kv_cache_reserved_bytes",
+        "Key/value cache a transformer's generating samples reserve (admission's measure).",
+        "cache_bytes_reserved",
+    ),
+    (
         "lmserve_complete_sessions",
         "Autocomplete sessions whose state the server holds.",
         "sessions_active",

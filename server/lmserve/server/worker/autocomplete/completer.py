@@ -286,8 +286,16 @@ class Completer:
             cache[path] = (np.asarray(out[0]), new_state)
             return cache[path][0]
 
+        pieces = self._pieces
+        search = expand
+        if pieces.opens is not None:  # a word ends where the next piece opens one
+
+            def search(path: tuple[int, ...]) -> npt.NDArray[np.floating]:
+                first, text_start = not path, not session.context
+                return pieces.word_view(expand(path), first=first, text_start=text_start)
+
         found = top_k_subword_words(
-            expand, prefix, k, pieces=self._pieces, max_expansions=SUBWORD_EXPANSIONS
+            search, prefix, k, pieces=pieces, max_expansions=SUBWORD_EXPANSIONS
         )
         return found.words
 

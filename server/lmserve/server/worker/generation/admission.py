@@ -5,9 +5,11 @@
     taken = admission.take(occupied)       # scheduler thread: the streams that fit now
 
 One rule serves both sides (`_admissible`): streams from the front of the queue while their
-samples fit the free slots (one at least when nothing runs). A stream the rule would take is not
-"queued", so a burst that fits the free slots is never refused, and `max_queued_requests=0`
-means "no waiting room" rather than "no requests". The caller holds its lock around both calls.
+samples fit the free slots and their key/value cache fits the model's free cache bytes
+(`context_window.ContextWindow`; one stream at least when nothing runs). A stream the rule
+would take is not "queued", so a burst that fits the free slots is never refused, and
+`max_queued_requests=0` means "no waiting room" rather than "no requests". The caller holds
+its lock around both calls.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 
 from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
+from lmserve.server.worker.generation.context_window import ContextWindow
 from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.generation.sequence import GenerationStream
 
@@ -28,19 +31,23 @@ class Admission:
         model: str,
         limits: GenerationLimits,
         retry_after: Callable[[int], float] | None = None,
+        window: ContextWindow | None = None,
     ) -> None:
         self.model = model
         self.limits = limits
+        self.window = window or ContextWindow()
         # Seconds until this many waiting streams could get slots (the scheduler knows; see
         # `retry_estimate.slot_delay`), sent to refused callers as RetryInfo.
         self._retry_after = retry_after or (lambda waiting: DEFAULT_RETRY_AFTER)
         self.waiting: deque[GenerationStream] = deque()
 
-    def offer(self, stream: GenerationStream, occupied: int) -> None:
+    def offer(self, stream: GenerationStream, occupied: int, cache_bytes: int = 0) -> None:
         """Queues `stream`, or raises Overloaded when it would make more than
-        `max_queued_requests` wait. `occupied`: slots held by running or prefilling samples."""
+        `max_queued_requests` wait (RequestTooLarge when its cache could never fit).
+        `occupied`: slots held by running or prefilling samples; `cache_bytes`: their cache."""
+        self.window.check_request(stream.request, stream.samples)
         self.waiting.append(stream)
-        queued = len(self.waiting) - self._admissible(occupied)
+        queued = len(self.waiting) - self._admissible(occupied, cache_bytes)
         if queued > self.limits.max_queued_requests:
             self.waiting.pop()
             raise Overloaded(
@@ -52,25 +59,31 @@ class Admission:
                 retry_after=self._retry_after(queued),
             )
 
-    def take(self, occupied: int) -> list[GenerationStream]:
+    def take(self, occupied: int, cache_bytes: int = 0) -> list[GenerationStream]:
         """Removes the admissible streams from the queue; returns those not cancelled."""
-        taken = [self.waiting.popleft() for _ in range(self._admissible(occupied))]
+        taken = [self.waiting.popleft() for _ in range(self._admissible(occupied, cache_bytes))]
         return [stream for stream in taken if not stream.cancelled]
 
     def drain(self) -> list[GenerationStream]:
         waiting, self.waiting = list(self.waiting), deque()
         return waiting
 
-    def _admissible(self, occupied: int) -> int:
-        """How many waiting streams, from the front, fit the free slots (one at least when
-        nothing runs); cancelled ones take no slot."""
+    def _admissible(self, occupied: int, cache_bytes: int = 0) -> int:
+        """How many waiting streams, from the front, fit the free slots and cache bytes (one
+        at least when nothing runs); cancelled ones take no slot."""
         free = self.limits.max_active_sequences - occupied
+        budget = self.window.max_cache_bytes
+        free_bytes = budget - cache_bytes if budget else None
         taken = count = 0
         for stream in self.waiting:
-            if stream.samples > free and (taken or occupied):
+            need = self.window.request_bytes(stream.request, stream.samples)
+            too_big = free_bytes is not None and need > free_bytes
+            if (stream.samples > free or too_big) and (taken or occupied):
                 break
             count += 1
             if not stream.cancelled:
                 taken += 1
                 free -= stream.samples
+                if free_bytes is not None:
+                    free_bytes -= need
         return count

@@ -28,6 +28,7 @@ from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.beam import Hypothesis, beam_search
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded
+from lmserve.server.worker.generation.context_window import ContextWindow
 from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.handoff import settle
 from lmserve.server.worker.retry_estimate import Throughput, drain_delay
@@ -71,6 +72,8 @@ class BeamRunner:
         self.model = model
         self.stepper = stepper
         self.limits = limits
+        # A transformer's searches stop at its last position (`context_window`).
+        self.window = ContextWindow.of(stepper, limits.max_cache_bytes)
         self._waiting: deque[_Job] = deque()
         self._running: set[_Job] = set()
         self._cond = threading.Condition()
@@ -93,6 +96,7 @@ class BeamRunner:
         """The search's hypotheses, best first. Overloaded when too many searches wait;
         DeadlineExceeded when `deadline` (a `time.monotonic()` instant) passes first;
         cancelling this coroutine stops the search after its current step."""
+        params = self.window.fit_beam(params, len(prompt_ids))
         job = _Job(prompt_ids, params, deadline, asyncio.get_running_loop())
         with self._cond:
             if self._closed:

@@ -20,6 +20,8 @@ class GenerationLimits:
     inter-token latency to about (1 + share) times a step's (an LSTM reads a prompt token at
     ~0.6 ms on the development VM: 512 tokens would be ~25 steps of batch 16).
 
+    `max_cache_bytes`: see `context_window.ContextWindow`.
+
     `max_unread_events`: a stream with more events handed over than its handler has taken
     (a client that stopped reading) has its sequences parked until it drained below half.
     """
@@ -35,6 +37,9 @@ class GenerationLimits:
     max_running_searches: int = 2
     max_queued_searches: int = 64
     max_unread_events: int = 256
+    # A transformer's key/value cache its running, parked and prefilling samples may reserve
+    # (`context_window`): requests wait beyond it.
+    max_cache_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         for name in (
@@ -42,6 +47,7 @@ class GenerationLimits:
             "prefill_chunk_tokens",
             "max_running_searches",
             "max_unread_events",
+            "max_cache_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

@@ -48,6 +48,7 @@ from lmserve.server.worker.generation.batch import (
     finish_event,
     output_error,
 )
+from lmserve.server.worker.generation.context_window import ContextWindow
 from lmserve.server.worker.generation.delivery import Items, Poster
 from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.generation.prefill import Prefill
@@ -94,7 +95,9 @@ class GenerationScheduler:
         make_detokenizer = detokenizer or (lambda: WordDetokenizer(vocab))
         self._batch = RunningBatch(model, stepper, vocab, make_detokenizer, stats)
         self._prefill = Prefill(stepper, vocab.bos_id, limits.prefill_chunk_tokens)
-        self._admission = Admission(model, limits, self._retry_after)
+        # A transformer's positions and cache budget (`context_window`); none for others.
+        self.window = ContextWindow.of(stepper, limits.max_cache_bytes)
+        self._admission = Admission(model, limits, self._retry_after, self.window)
         self._parking = Parking(limits.max_unread_events, self._wake, stats)
         self._cond = threading.Condition()
         self._closed = False
@@ -143,11 +146,12 @@ class GenerationScheduler:
         the scheduler is closing). Call on the event loop. `make_stream` makes its stream
         (an engine worker's carries the front's id)."""
         self._poster.loop = asyncio.get_running_loop()
+        request.params = self.window.fit(request.params, len(request.prompt_ids))
         stream = (make_stream or GenerationStream)(request, request.params.n)
         with self._cond:
             if self._closed:
                 raise Overloaded(f"the generation scheduler of {self.model!r} is shutting down")
-            self._admission.offer(stream, self._occupied())
+            self._admission.offer(stream, self._occupied(), self._cache_bytes())
             self._set_pending(len(self._admission.waiting))
             self._cond.notify()
         return stream
@@ -183,11 +187,28 @@ class GenerationScheduler:
         """Slots held: running, parked, and prompts being read. Call with `_cond`."""
         return len(self._batch) + self._prefilling + self._parking.samples
 
+    def _cache_bytes(self) -> int:
+        """Key/value cache reserved by running, parked and prefilling samples (0 without a
+        budget). Call with `_cond`; reads copies (the scheduler thread changes the lists)."""
+        window = self.window
+        if not window.max_cache_bytes:
+            return 0
+        running = list(self._batch.sequences) + self._parking.sequences
+        held = sum(
+            window.sample_bytes(len(s.request.prompt_ids), s.request.params.stopping.max_new_tokens)
+            for s in running
+        )
+        reading = list(self._prefill.pending)
+        held += sum(window.request_bytes(r.stream.request, r.stream.samples) for r in reading)
+        self.stats.cache_bytes_reserved = held
+        return held
+
     def _run(self) -> None:
         lower_this_thread()  # every other thread of the model (and the front) first
         batch, prefill, parking = self._batch, self._prefill, self._parking
         while True:
             with self._cond:
+                self._cache_bytes()  # the gauge follows samples that finished
                 while not (
                     self._closed
                     or self._admission.waiting
@@ -198,7 +219,7 @@ class GenerationScheduler:
                     self._cond.wait(PARKED_POLL_SECONDS if parking else None)
                 if self._closed:
                     break
-                admitted = self._admission.take(self._occupied())
+                admitted = self._admission.take(self._occupied(), self._cache_bytes())
                 if admitted:
                     self._set_pending(len(self._admission.waiting))
                     prefill.add(admitted)

@@ -1,0 +1,48 @@
+"""`lmserve import-hf`: a local Hugging Face causal-LM checkpoint -> a served transformer folder.
+
+    lmserve import-hf ./my-gpt2 models/my-gpt2
+
+Reads config.json, the weights (model.safetensors or pytorch_model.bin) and tokenizer.json;
+nothing is downloaded. Writes model.onnx (past key values, optimum's layout), config.json,
+tokenizer.json and model.yaml, after checking the graph against transformers' own forward
+(within 1e-4 nats a token). A folder `optimum-cli export onnx` wrote is served as it is: put
+it in the model repository, no import needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = "Import a local Hugging Face causal LM (GPT-2, Llama) as a transformer model folder."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint_dir", type=Path, help="config.json, weights, tokenizer.json")
+    parser.add_argument("model_dir", type=Path, help="the model folder to write")
+    parser.add_argument("--name", help="model name (default: the folder's name)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace MODEL_DIR if it is a model folder"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from lmserve.export.hf.checkpoint import CheckpointError
+    from lmserve.export.hf.importer import ParityError, export_checkpoint
+
+    out: Path = args.model_dir
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        print(
+            f"import-hf: {out} exists and is not empty (pass --overwrite to replace it)",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        parity = export_checkpoint(args.checkpoint_dir, out, name=args.name)
+    except (CheckpointError, ParityError) as exc:
+        print(f"import-hf: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"model_dir": str(out), "parity": parity.__dict__}))
+    return 0

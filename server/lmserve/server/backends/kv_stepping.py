@@ -1,0 +1,169 @@
+"""Generation over a transformer: the state is each row's key/value cache.
+
+A batch's cache is left-padded: every layer's key and value are [B, kv_heads, P, head_dim]
+with row i's real positions the last `lengths[i]` of P, the rest masked out
+(`attention_mask` 0) and never read. Each row's position ids count its own tokens only, so
+rows of different lengths step together in one call, exactly as each would alone (the export's
+parity check reads a left-padded batch both ways). Rows leave and join between steps
+(`select`, `merge`), beams reorder their caches in one gather, and padding that no row needs
+any more is cut off on the way.
+
+A row may read at most the model's `max_positions` tokens (`<s>` included): one more is
+refused (`transformer.check_positions`); the scheduler stops a sample there first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.base import FloatArray, Vocabulary
+from lmserve.server.backends.transformer import (
+    Past,
+    TransformerBackend,
+    check_positions,
+    log_softmax,
+)
+from lmserve.server.errors import Unimplemented
+
+Lengths = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class KvState:
+    """A batch's cache, left-padded to its longest row, and each row's length."""
+
+    past: Past
+    lengths: Lengths
+
+    @property
+    def width(self) -> int:
+        return int(self.past[0].shape[2])
+
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    def mask(self) -> npt.NDArray[np.int64]:
+        """1 where a row has read a position, 0 on its left padding."""
+        start = self.width - self.lengths
+        return (np.arange(self.width)[None, :] >= start[:, None]).astype(np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes this batch's cache holds (padding included)."""
+        return sum(int(p.nbytes) for p in self.past)
+
+
+class KvStepper:
+    """Steps a `TransformerBackend` (see the module doc); natural-log probabilities."""
+
+    releases_gil = True  # ONNX Runtime computes without the GIL
+    costly_prompts = True  # every prompt token is a position of the graph
+
+    def __init__(self, backend: TransformerBackend, *, max_chunk_tokens: int = 512) -> None:
+        self.backend = backend
+        self.max_chunk_tokens = max_chunk_tokens
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.backend.vocab
+
+    @property
+    def max_positions(self) -> int:
+        return self.backend.max_positions
+
+    @property
+    def bytes_per_position(self) -> int:
+        return self.backend.cache.bytes_per_position()
+
+    def initial_state(self, batch: int) -> KvState:
+        return KvState(self.backend.cache.empty(batch), np.zeros(batch, dtype=np.int64))
+
+    def step(self, tokens: npt.ArrayLike, state: KvState) -> tuple[FloatArray, KvState]:
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
+        return self._forward(ids, state)
+
+    def prefill(
+        self, prompts: Sequence[Sequence[int]], *, bos: bool = True
+    ) -> tuple[FloatArray, KvState]:
+        inputs = [([self.vocab.bos_id] if bos else []) + [int(t) for t in p] for p in prompts]
+        if any(not row for row in inputs):
+            raise Unimplemented("a transformer needs <s> or a prompt to predict from")
+        return self.feed(inputs, self.initial_state(len(inputs)))
+
+    def feed(self, chunks: Sequence[Sequence[int]], state: KvState) -> tuple[FloatArray, KvState]:
+        """Rows of equal chunk length read together (their new tokens need no padding)."""
+        if any(len(row) == 0 for row in chunks):
+            raise ValueError("feed needs at least one token per row")
+        if len(chunks) != state.batch:
+            raise ValueError(f"{len(chunks)} chunks for a state of {state.batch} rows")
+        by_length: dict[int, list[int]] = {}
+        for i, row in enumerate(chunks):
+            by_length.setdefault(len(row), []).append(i)
+        out: FloatArray | None = None
+        states: list[KvState | None] = [None] * len(chunks)
+        for length, rows in by_length.items():
+            tokens = np.asarray([list(chunks[i]) for i in rows], dtype=np.int64)
+            sub = state if len(rows) == len(chunks) else self.select(state, rows)
+            log_probs: FloatArray | None = None
+            for start in range(0, length, self.max_chunk_tokens):
+                piece = np.ascontiguousarray(tokens[:, start : start + self.max_chunk_tokens])
+                log_probs, sub = self._forward(piece, sub)
+            assert log_probs is not None
+            if len(rows) == len(chunks):
+                return log_probs, sub
+            if out is None:
+                out = np.empty((len(chunks), log_probs.shape[1]), dtype=log_probs.dtype)
+            out[rows] = log_probs
+            for j, i in enumerate(rows):
+                states[i] = self.select(sub, [j])
+        assert out is not None
+        return out, self.merge([s for s in states if s is not None])
+
+    def _forward(self, ids: npt.NDArray[np.int64], state: KvState) -> tuple[FloatArray, KvState]:
+        """Reads `ids` [B, T] after the cache: the log-probs after each row's last token."""
+        batch, time = ids.shape
+        longest = int(state.lengths.max(initial=0))
+        check_positions(longest + time, self.max_positions, "context")
+        mask = np.concatenate([state.mask(), np.ones((batch, time), dtype=np.int64)], axis=1)
+        positions = state.lengths[:, None] + np.arange(time, dtype=np.int64)[None, :]
+        logits, present = self.backend.forward(ids, mask, positions, state.past)
+        # The model's own precision (float32), as the recurrent stepper's.
+        log_probs = cast(FloatArray, log_softmax(logits[:, -1, :], len(self.vocab)))
+        return log_probs, KvState(present, state.lengths + time)
+
+    def split(self, state: KvState) -> list[KvState]:
+        return [self.select(state, [i]) for i in range(state.batch)]
+
+    def merge(self, states: Sequence[KvState]) -> KvState:
+        if not states:
+            return self.initial_state(0)
+        lengths = np.concatenate([s.lengths for s in states])
+        width = int(lengths.max(initial=0))
+        batch = len(lengths)
+        merged = []
+        for k in range(len(states[0].past)):
+            first = states[0].past[k]
+            out = np.zeros((batch, first.shape[1], width, first.shape[3]), dtype=first.dtype)
+            row = 0
+            for s in states:
+                part = s.past[k]
+                keep = min(width, s.width)
+                out[row : row + s.batch, :, width - keep :] = part[:, :, s.width - keep :]
+                row += s.batch
+            merged.append(out)
+        return KvState(tuple(merged), lengths)
+
+    def select(self, state: KvState, rows: npt.ArrayLike) -> KvState:
+        """Rows `rows` (repeats allowed), with the padding none of them needs cut off."""
+        index = np.asarray(rows, dtype=np.int64).reshape(-1)
+        lengths = state.lengths[index]
+        width = int(lengths.max(initial=0))
+        cut = state.width - width
+        past = tuple(np.ascontiguousarray(p[index, :, cut:]) for p in state.past)
+        return KvState(past, lengths)
