@@ -422,6 +422,17 @@ def test_get_model_reports_the_transformer_and_where_it_came_from(
     assert infos["optimum-gpt2"].provenance.source.startswith("optimum ONNX export")
 
 
+def test_the_client_types_carry_the_transformer(client: LmServeClient) -> None:
+    info = client.get_model("tiny-llama")
+    assert info.kind == "transformer" and info.tokenizer.kind == "huggingface"
+    assert info.transformer is not None
+    assert (info.transformer.architecture, info.transformer.max_positions) == (
+        "LlamaForCausalLM",
+        POSITIONS,
+    )
+    assert client.get_model("tiny-gpt2").transformer.kv_heads == 4  # type: ignore[union-attr]
+
+
 def test_the_openai_route_scores_and_generates_with_a_transformer(
     server: BackgroundServer, models: dict[str, Any], tokenizers: dict[str, Tokenizer]
 ) -> None:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         TextScore,
         TokenizerInfo,
         TokenScore,
+        TransformerInfo,
     )
 
 _WHERE: dict[str, str] = {
@@ -78,6 +79,7 @@ _WHERE: dict[str, str] = {
     "SpecialTokens": "types",
     "TextScore": "types",
     "TokenizerInfo": "types",
+    "TransformerInfo": "types",
     "TokenScore": "types",
 }
 
@@ -102,6 +104,7 @@ __all__ = [
     "NBestList",
     "PerplexityStats",
     "NgramStorage",
+    "TransformerInfo",
     "Provenance",
     "RerankedHypothesis",
     "RerankedList",

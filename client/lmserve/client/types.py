@@ -160,7 +160,7 @@ class SpecialTokens:
 @dataclass(frozen=True, slots=True)
 class TokenizerInfo:
     kind: str
-    """`word`, `character` or `bpe`."""
+    """`word`, `character`, `bpe` or `huggingface` (a checkpoint's own tokenizer.json)."""
     lowercase: bool
     description: str
 
@@ -191,6 +191,20 @@ class NgramStorage:
 
 
 @dataclass(frozen=True, slots=True)
+class TransformerInfo:
+    """A transformer's architecture, positions and key/value cache: a Score text, prompt or
+    Complete context longer than `max_positions` (<s> included) is refused; a Generate sample
+    stops there."""
+
+    architecture: str
+    max_positions: int
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    cache_bytes_per_position: int
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """What the server says about one model. `kind`/`format`/`state` are lowercase names
     (`ngram`, `ngram_binary`, `ready`); `capabilities` holds the names of the enabled ones."""
@@ -212,6 +226,7 @@ class ModelInfo:
     load_error: str
     description: str
     ngram_storage: NgramStorage | None = None  # n-gram models only
+    transformer: TransformerInfo | None = None  # transformers only
 
     @property
     def ready(self) -> bool:
@@ -256,7 +271,22 @@ class ModelInfo:
             load_error=msg.load_error,
             description=msg.description,
             ngram_storage=_ngram_storage(msg),
+            transformer=_transformer(msg),
         )
+
+
+def _transformer(msg: pb.ModelInfo) -> TransformerInfo | None:
+    if not msg.HasField("transformer"):
+        return None
+    t = msg.transformer
+    return TransformerInfo(
+        t.architecture,
+        t.max_positions,
+        t.num_layers,
+        t.kv_heads,
+        t.head_dim,
+        t.cache_bytes_per_position,
+    )
 
 
 def _ngram_storage(msg: pb.ModelInfo) -> NgramStorage | None:
@@ -403,6 +433,7 @@ __all__ = [
     "TokenAlternative",
     "TokenScore",
     "TokenizerInfo",
+    "TransformerInfo",
     "Usage",
     "as_nbest_list",
     "finite_number",
