@@ -465,3 +465,27 @@ def test_bos_off_is_refused_as_unimplemented(
     with pytest.raises(grpc.RpcError) as caught:
         stub.Score(pb.ScoreRequest(model="tiny-gpt2", texts=["light"], options=options))
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_bias_phrases_match_whitespace_words_over_byte_level_pieces(
+    client: LmServeClient,
+) -> None:
+    """Biasing matches words, whatever pieces the tokenizer cuts them into (casefolded)."""
+    n_best = [
+        "And God said Let there be light",
+        "and god said let there be night",
+        "And GOD divided the light",
+        "God said, light",  # "said," is a word of its own: words are what whitespace splits
+    ]
+    bias = {"god said": 2.0, "light": 1.5, "divided": 0.5}
+    lists = [{"id": "u", "hypotheses": [{"text": t} for t in n_best]}]
+    [plain] = client.rerank("tiny-gpt2", lists, lm_weight=1.0)
+    [biased] = client.rerank("tiny-gpt2", lists, lm_weight=1.0, bias=bias)
+    before = {h.index: h for h in plain.hypotheses}
+    after = {h.index: h for h in biased.hypotheses}
+    for index, boost in {0: 3.5, 1: 2.0, 2: 2.0, 3: 1.5}.items():
+        assert after[index].bias == pytest.approx(boost)
+        assert after[index].lm_log_prob == pytest.approx(before[index].lm_log_prob, abs=1e-6)
+        assert after[index].combined_score == pytest.approx(
+            before[index].combined_score + boost, abs=1e-6
+        )
