@@ -247,3 +247,11 @@ def test_import_hf_refuses_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("import-hf: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_complete_session_counts_its_cache_bytes(backend: TransformerBackend) -> None:
+    from lmserve.server.worker.autocomplete.completer import _state_bytes
+
+    stepper = KvStepper(backend)
+    _, state = stepper.prefill([[5, 6, 7]])
+    assert _state_bytes(state) == state.nbytes == 4 * backend.cache.bytes_per_position()

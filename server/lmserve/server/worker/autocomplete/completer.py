@@ -207,6 +207,8 @@ class Completer:
         session.states.extend(advanced.states)
         session.keep(self.limits.kept_states)
         session.log_probs = advanced.log_probs
+        if session.states:  # a transformer's cache grows with the context
+            session.state_bytes = _state_bytes(session.states[-1])
 
     async def _refresh(self, session: Session, *, rebuild: bool) -> None:
         """The distribution (and state) after the session's current context."""
@@ -309,8 +311,9 @@ class Completer:
 
 
 def _state_bytes(state: Any) -> int:
-    """Memory of one session's model state (arrays anywhere inside it)."""
-    if isinstance(state, np.ndarray):
+    """Memory of one session's model state (arrays anywhere inside it, or a transformer's
+    cache, which counts its own)."""
+    if isinstance(state, np.ndarray) or hasattr(state, "nbytes"):
         return int(state.nbytes)
     if isinstance(state, tuple | list):
         return sum(_state_bytes(s) for s in state)
