@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_generate_cpu import _generate
 from common import (
     CACHE_DIR,
     DEFAULT_NGRAM,
@@ -132,7 +133,8 @@ def score_part(folder: Path, runs: int) -> None:
         for ids, mask, positions, past in feeds:
             backend.forward(ids, mask, positions, past)
 
-    served(), raw()  # warm-up
+    served()  # warm-up
+    raw()
     served_rates, raw_rates, ratios = [], [], []
     for run in range(runs):
         start = time.perf_counter()
@@ -178,23 +180,6 @@ def _raw_step_cpu(folder: Path, batch: int, length: int, steps: int) -> tuple[fl
     return statistics.median(out), state.nbytes
 
 
-async def _streams(target: str, streams: int, tokens: int) -> int:
-    from lmserve.client import AsyncLmServeClient, GeneratedToken
-
-    async def one(client: Any, seed: int) -> int:
-        count = 0
-        async for event in client.generate(
-            MODEL, "", max_new_tokens=tokens, ignore_eos=True, seed=seed
-        ):
-            count += isinstance(event, GeneratedToken)
-        return count
-
-    async with AsyncLmServeClient(target, timeout=600) as client:
-        await one(client, 0)  # warm up
-        counts = await asyncio.gather(*(one(client, i) for i in range(1, streams + 1)))
-    return sum(counts)
-
-
 def generate_part(folder: Path, runs: int, tokens: int) -> None:
     mean_length = 1 + (tokens + 1) // 2
     server_ms, raw_ms, ratios = [], [], []
@@ -202,7 +187,7 @@ def generate_part(folder: Path, runs: int, tokens: int) -> None:
         for run in range(runs):
             raw, _ = _raw_step_cpu(folder, STREAMS, mean_length, 10)
             before = server.cpu_seconds()
-            generated = asyncio.run(_streams(server.target, STREAMS, tokens))
+            generated = asyncio.run(_generate(server.target, MODEL, STREAMS, tokens))
             used = server.cpu_seconds() - before
             raw = (raw + _raw_step_cpu(folder, STREAMS, mean_length, 10)[0]) / 2
             per_token = used / (generated + tokens)  # the warm-up stream ran there too

@@ -35,7 +35,8 @@ def is_optimum_folder(folder: Path) -> bool:
     return all((folder / name).is_file() for name in (GRAPH, CONFIG, TOKENIZER))
 
 
-def _json(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file holding an object (config.json, tokenizer.json...), or ManifestError."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -54,7 +55,7 @@ def _token_name(entry: Any) -> str | None:
 
 def special_tokens(folder: Path, config: dict[str, Any]) -> SpecialTokensSpec:
     """bos/eos/unk as token strings (see the module doc); refused when the folder names none."""
-    tokenizer = _json(folder / TOKENIZER)
+    tokenizer = read_json_object(folder / TOKENIZER)
     by_id: dict[int, str] = {}
     model = tokenizer.get("model") or {}
     vocab = model.get("vocab") if isinstance(model, dict) else None
@@ -64,7 +65,7 @@ def special_tokens(folder: Path, config: dict[str, Any]) -> SpecialTokensSpec:
         if isinstance(added, dict) and isinstance(added.get("id"), int):
             by_id[added["id"]] = str(added.get("content"))
     extra_path = folder / "tokenizer_config.json"
-    extra = _json(extra_path) if extra_path.is_file() else {}
+    extra = read_json_object(extra_path) if extra_path.is_file() else {}
 
     def named(role: str) -> str | None:
         token_id = config.get(f"{role}_token_id")
@@ -121,7 +122,7 @@ def pretrained_manifest(
     description: str = "",
 ) -> ModelManifest:
     """The manifest of a transformer folder with a Hugging Face tokenizer (see the module doc)."""
-    config = _json(folder / CONFIG)
+    config = read_json_object(folder / CONFIG)
     listed = files or {
         "graph": FileEntry(path=GRAPH),
         "config": FileEntry(path=CONFIG),

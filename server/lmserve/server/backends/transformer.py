@@ -19,7 +19,6 @@ the rows' own suffixes are read in the batched pass.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from lmserve.server.backends.onnx import OnnxOptions, open_session
 from lmserve.server.backends.segments import segment_sums
 from lmserve.server.errors import InvalidArgument, ModelLoadError, Unimplemented
 from lmserve.server.manifest import ModelManifest
+from lmserve.server.pretrained_manifest import read_json_object
 
 Floats = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.int64]
@@ -86,17 +86,6 @@ class CacheShape:
             head_dim=int(head_dim),
             max_positions=stated("max_position_embeddings", "n_positions"),
         )
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """A checkpoint's `config.json`, refused with its name when unreadable."""
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(str(path), "unreadable config.json", f"{exc}") from exc
-    if not isinstance(config, dict):
-        raise ModelLoadError(str(path), "config.json is not an object")
-    return config
 
 
 def past_names(layers: int) -> list[str]:
@@ -155,7 +144,7 @@ class TransformerBackend:
         cls, folder: Path, manifest: ModelManifest, options: OnnxOptions, vocab: Vocabulary
     ) -> TransformerBackend:
         config_path = manifest.file_path(folder, "config")
-        cache = CacheShape.from_config(read_config(config_path), str(config_path))
+        cache = CacheShape.from_config(read_json_object(config_path), str(config_path))
         names = past_names(cache.layers)
         session = open_session(
             manifest.file_path(folder, "graph"),
