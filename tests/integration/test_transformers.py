@@ -1,7 +1,8 @@
 """Transformer decoders with a key/value cache, served in every RPC by a real server on a real
 port: a tiny GPT-2 imported with `lmserve import-hf`, a tiny Llama (RoPE, RMSNorm, grouped-query
-attention) imported through the library, and a folder in optimum's layout with no model.yaml.
-Every figure is compared with transformers' own PyTorch forward of the same checkpoint."""
+attention) imported through the library, and the folders `optimum-cli export onnx`
+wrote for two such checkpoints (`tests/data/optimum`), served as they are. Every figure is
+compared with transformers' own PyTorch forward of the same checkpoint."""
 
 from __future__ import annotations
 
@@ -39,14 +40,22 @@ TEXTS = [
     "darkness",
     "And God saw the light, that it was good: and God divided the light from the darkness.",
 ]
-MODELS = {"tiny-gpt2": "gpt2", "tiny-llama": "llama", "optimum-gpt2": "gpt2"}
+MODELS = {
+    "tiny-gpt2": "gpt2",
+    "tiny-llama": "llama",
+    "optimum-gpt2": "optimum/gpt2",
+    "optimum-llama": "optimum/llama",
+}
+OPTIMUM = Path(__file__).resolve().parents[1] / "data" / "optimum"
 CACHE_BUDGET = 100_000  # bytes: two full-length GPT-2 samples fit, four do not
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("checkpoints")
-    return {build: checkpoint(root / build, build) for build in ("gpt2", "llama")}
+    built = {build: checkpoint(root / build, build) for build in ("gpt2", "llama")}
+    # The checkpoints optimum exported (built the same way, kept with optimum's folders).
+    return built | {f"optimum/{b}": OPTIMUM / f"{b}-checkpoint" for b in ("gpt2", "llama")}
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +76,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory, checkpoints: dict[str, 
     repo = tmp_path_factory.mktemp("transformers") / "models"
     assert main(["import-hf", str(checkpoints["gpt2"]), str(repo / "tiny-gpt2")]) == 0
     export_checkpoint(checkpoints["llama"], repo / "tiny-llama")
-    # What `optimum-cli export onnx --task text-generation-with-past` leaves: the graph (same
-    # input and output names), config.json and the tokenizer files, no model.yaml.
-    optimum = repo / "optimum-gpt2"
-    optimum.mkdir()
-    for name in ("model.onnx", "config.json", "tokenizer.json"):
-        shutil.copyfile(repo / "tiny-gpt2" / name, optimum / name)
-    (optimum / "tokenizer_config.json").write_text(
-        json.dumps({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})
-    )
+    for build in ("gpt2", "llama"):  # what optimum-cli wrote, no model.yaml
+        shutil.copytree(OPTIMUM / build, repo / f"optimum-{build}")
     return repo
 
 
@@ -199,7 +201,7 @@ def _generated(client: LmServeClient, model: str, prompt: list[int], **options: 
     return [e.token_id for e in events if isinstance(e, GeneratedToken)]
 
 
-@pytest.mark.parametrize("model", ["tiny-gpt2", "tiny-llama"])
+@pytest.mark.parametrize("model", sorted(MODELS))
 def test_greedy_and_seeded_generation_equal_a_loop_over_transformers(
     client: LmServeClient,
     models: dict[str, Any],
@@ -419,7 +421,9 @@ def test_get_model_reports_the_transformer_and_where_it_came_from(
             "left_padded_max_abs_diff_nats",
         }
         assert all(0 <= v <= 1e-4 for v in parity.values())
-    assert infos["optimum-gpt2"].provenance.source.startswith("optimum ONNX export")
+    for name in ("optimum-gpt2", "optimum-llama"):
+        assert infos[name].provenance.source.startswith("optimum ONNX export")
+        assert not infos[name].provenance.parity  # nothing was checked on the way in
 
 
 def test_the_client_types_carry_the_transformer(client: LmServeClient) -> None:
