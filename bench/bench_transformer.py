@@ -160,9 +160,10 @@ def score_part(folder: Path, runs: int) -> None:
     )
 
 
-def _raw_step_cpu(folder: Path, batch: int, length: int, steps: int) -> tuple[float, int]:
-    """CPU seconds per row of one cached step at `batch` rows of `length` positions (median
-    of 3), and the bytes of that state."""
+def _raw_step_cpu(folder: Path, batch: int, length: int, steps: int) -> tuple[float, float, int]:
+    """CPU seconds per row of one cached step at `batch` rows that have read `length`
+    positions: the graph call alone (ONNX Runtime, inputs ready) and the stepper's whole step
+    (mask, positions, log-softmax too), medians of 3; and the bytes of that state."""
     from lmserve.server.backends.kv_stepping import KvStepper
 
     stepper = KvStepper(_load(folder).backend)
@@ -170,34 +171,61 @@ def _raw_step_cpu(folder: Path, batch: int, length: int, steps: int) -> tuple[fl
     vocab = len(stepper.vocab)
     _, state = stepper.prefill([rng.integers(1, vocab, length - 1).tolist() for _ in range(batch)])
     tokens = rng.integers(1, vocab, batch)
-    stepper.step(tokens, state)
-    out = []
-    for _ in range(3):
-        start = time.process_time()
-        for _ in range(steps):
-            stepper.step(tokens, state)
-        out.append((time.process_time() - start) / (steps * batch))
-    return statistics.median(out), state.nbytes
+    ids = tokens.reshape(-1, 1)
+    mask = np.ones((batch, state.width + 1), dtype=np.int64)
+    positions = state.lengths[:, None].copy()
+
+    def graph() -> None:
+        stepper.backend.forward(ids, mask, positions, state.past)
+
+    def whole() -> None:
+        stepper.step(tokens, state)
+
+    medians = []
+    for call in (graph, whole):
+        call()
+        out = []
+        for _ in range(3):
+            start = time.process_time()
+            for _ in range(steps):
+                call()
+            out.append((time.process_time() - start) / (steps * batch))
+        medians.append(statistics.median(out))
+    return medians[0], medians[1], state.nbytes
 
 
 def generate_part(folder: Path, runs: int, tokens: int) -> None:
     mean_length = 1 + (tokens + 1) // 2
-    server_ms, raw_ms, ratios = [], [], []
+    server_ms, raw_ms, step_ms, ratios = [], [], [], []
     with ServerProcess(linked_repository("transformer-repo", folder)) as server:
         for run in range(runs):
-            raw, _ = _raw_step_cpu(folder, STREAMS, mean_length, 10)
+            raw, step, _ = _raw_step_cpu(folder, STREAMS, mean_length, 10)
             before = server.cpu_seconds()
             generated = asyncio.run(_generate(server.target, MODEL, STREAMS, tokens))
             used = server.cpu_seconds() - before
-            raw = (raw + _raw_step_cpu(folder, STREAMS, mean_length, 10)[0]) / 2
+            raw_after, step_after, _ = _raw_step_cpu(folder, STREAMS, mean_length, 10)
+            raw, step = (raw + raw_after) / 2, (step + step_after) / 2
             per_token = used / (generated + tokens)  # the warm-up stream ran there too
-            log(f"generate run {run}: server {1000 * per_token:.3f} ms/token, raw {1000 * raw:.3f}")
+            log(
+                f"generate run {run}: server {1000 * per_token:.3f} ms/token, raw graph "
+                f"{1000 * raw:.3f}, stepper {1000 * step:.3f}"
+            )
             server_ms.append(1000 * per_token)
             raw_ms.append(1000 * raw)
+            step_ms.append(1000 * step)
             ratios.append(per_token / raw)
     extra = {"streams": STREAMS, "tokens_per_stream": tokens, "raw_cache_length": mean_length}
     emit(record("transformer_generate_server_cpu_ms_per_token", "ms", server_ms, **extra))
     emit(record("transformer_raw_cached_step_cpu_ms_per_row", "ms", raw_ms, **extra))
+    emit(
+        record(
+            "transformer_stepper_step_cpu_ms_per_row",
+            "ms",
+            step_ms,
+            note="KvStepper.step: the graph call plus mask, positions and log-softmax",
+            **extra,
+        )
+    )
     emit(
         record(
             "transformer_generate_cpu_per_token_vs_raw_step",
@@ -274,7 +302,7 @@ def probe_part(folder: Path, runs: int, seconds: float) -> None:
 def cache_part(folder: Path, tokens: int) -> None:
     backend = _load(folder).backend
     per_position = backend.cache.bytes_per_position()
-    _, nbytes = _raw_step_cpu(folder, STREAMS, 1 + tokens, 1)
+    _, _, nbytes = _raw_step_cpu(folder, STREAMS, 1 + tokens, 1)
     per_stream = nbytes / STREAMS
     emit(record("transformer_cache_bytes_per_position", "bytes", [per_position]))
     emit(

@@ -493,3 +493,26 @@ def test_bias_phrases_match_whitespace_words_over_byte_level_pieces(
         assert after[index].combined_score == pytest.approx(
             before[index].combined_score + boost, abs=1e-6
         )
+
+
+def test_beam_search_and_complete_refuse_a_context_past_the_positions(
+    client: LmServeClient,
+    stub: lm_service_pb2_grpc.LanguageModelServiceStub,
+    tokenizers: dict[str, Tokenizer],
+) -> None:
+    long = " ".join(TEXTS * 2)
+    prompt = tokenizers["tiny-llama"].encode(long).ids
+    with pytest.raises(InvalidArgumentError, match="max_positions"):
+        client.beam_search("tiny-llama", prompt, beam_width=2, max_length=3)
+    # A search near the end stops at the last position.
+    near = prompt[: POSITIONS - 3]
+    hypotheses = client.beam_search("tiny-llama", near, beam_width=2, max_length=10)
+    assert all(len(h.token_ids) <= POSITIONS - (1 + len(near)) + 1 for h in hypotheses)
+    outbox: queue.Queue[pb.CompleteRequest | None] = queue.Queue()
+    answers = stub.Complete(iter(outbox.get, None), timeout=60)
+    outbox.put(pb.CompleteRequest(model="tiny-llama", append_text=long, k=3))
+    with pytest.raises(grpc.RpcError) as caught:
+        next(answers)
+    outbox.put(None)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"more than the limit of {POSITIONS - 1}" in caught.value.details()
