@@ -516,3 +516,38 @@ def test_beam_search_and_complete_refuse_a_context_past_the_positions(
     outbox.put(None)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert f"more than the limit of {POSITIONS - 1}" in caught.value.details()
+
+
+def test_a_backspace_slices_the_session_cache_and_answers_as_a_fresh_session(
+    stub: lm_service_pb2_grpc.LanguageModelServiceStub, tokenizers: dict[str, Tokenizer]
+) -> None:
+    def ask(requests: list[pb.CompleteRequest]) -> list[pb.CompleteResponse]:
+        outbox: queue.Queue[pb.CompleteRequest | None] = queue.Queue()
+        answers = stub.Complete(iter(outbox.get, None), timeout=60)
+        got = []
+        for request in requests:
+            outbox.put(request)
+            got.append(next(answers))
+        outbox.put(None)
+        return got
+
+    full = tokenizers["tiny-llama"].encode("And God said, Let there").ids
+    short = tokenizers["tiny-llama"].encode("And God said").ids
+    assert full[: len(short)] == short
+    back_tokens = len(full) - len(short)
+    typed = ask(
+        [
+            pb.CompleteRequest(model="tiny-llama", append_text="And God said, Let there", k=4),
+            pb.CompleteRequest(rollback_tokens=back_tokens, k=4),
+            pb.CompleteRequest(rollback_tokens=1, append_text=" the", k=4),
+        ]
+    )
+    fresh = ask([pb.CompleteRequest(model="tiny-llama", append_text="And God said", k=4)])
+    back = [(c.word, round(c.log_prob, 4)) for c in typed[1].completions]
+    assert back == [(c.word, round(c.log_prob, 4)) for c in fresh[0].completions]
+    # Rollback counts tokens: the context is now `short` less its last piece, then " the".
+    tokenizer = tokenizers["tiny-llama"]
+    pieces = [tokenizer.id_to_token(i) for i in short[:-1] + tokenizer.encode(" the").ids]
+    again = ask([pb.CompleteRequest(model="tiny-llama", append_tokens=pieces, k=4)])
+    after = [(c.word, round(c.log_prob, 4)) for c in typed[2].completions]
+    assert after == [(c.word, round(c.log_prob, 4)) for c in again[0].completions]

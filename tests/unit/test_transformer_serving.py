@@ -255,3 +255,16 @@ def test_a_complete_session_counts_its_cache_bytes(backend: TransformerBackend) 
     stepper = KvStepper(backend)
     _, state = stepper.prefill([[5, 6, 7]])
     assert _state_bytes(state) == state.nbytes == 4 * backend.cache.bytes_per_position()
+
+
+def test_truncate_goes_back_without_a_model_call(backend: TransformerBackend) -> None:
+    stepper = KvStepper(backend)
+    bos = backend.vocab.bos_id
+    _, state = stepper.prefill([[5, 6, 7, 8], [9, 10]])
+    back = stepper.truncate(state, 2)
+    assert back.lengths.tolist() == [3, 1]
+    lp, _ = stepper.step(np.array([11, 12]), back)
+    np.testing.assert_allclose(lp[0], _one_pass(backend, [bos, 5, 6, 11]), atol=1e-4)
+    np.testing.assert_allclose(lp[1], _one_pass(backend, [bos, 12]), atol=1e-4)
+    with pytest.raises(ValueError, match="cannot go back 4"):
+        stepper.truncate(state, 4)  # the second row has read <s> and two tokens

@@ -159,6 +159,18 @@ class KvStepper:
             merged.append(out)
         return KvState(tuple(merged), lengths)
 
+    def truncate(self, state: KvState, count: int) -> KvState:
+        """The state before each row's last `count` tokens: a cache holds every earlier
+        position, so going back needs no model call (a Complete session's backspace)."""
+        if count == 0:
+            return state
+        shortest = int(state.lengths.min()) if state.batch else 0
+        if not 0 < count <= shortest:
+            raise ValueError(f"cannot go back {count} tokens from lengths {state.lengths}")
+        width = state.width - count
+        past = tuple(np.ascontiguousarray(p[:, :, :width]) for p in state.past)
+        return KvState(past, state.lengths - count)
+
     def select(self, state: KvState, rows: npt.ArrayLike) -> KvState:
         """Rows `rows` (repeats allowed), with the padding none of them needs cut off."""
         index = np.asarray(rows, dtype=np.int64).reshape(-1)

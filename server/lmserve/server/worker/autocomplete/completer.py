@@ -89,6 +89,10 @@ class Completer:
         self._steps = (
             SessionSteps(model, stepper, foreground=foreground) if stepper.releases_gil else None
         )
+        # A transformer's cache goes back by slicing (`truncate`): one state per session is
+        # enough, where a recurrent model keeps its last few for cheap backspaces.
+        self._truncate = getattr(stepper, "truncate", None)
+        self._kept_states = 1 if self._truncate is not None else limits.kept_states
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -186,6 +190,15 @@ class Completer:
                 f"is {count}, but the context holds only {len(session.context)} tokens",
             )
         del session.context[len(session.context) - count :]
+        if self._truncate is not None and session.states and session.context:
+            # The cache before the context's last token, sliced from the newest; `_refresh`
+            # reads that token again for the distribution.
+            covered = session.offset + len(session.states) - 1
+            target = len(session.context) - 1
+            session.states = [self._truncate(session.states[-1], covered - target)]
+            session.offset = target
+            await self._refresh(session, rebuild=False)
+            return
         keep = len(session.context) - session.offset
         del session.states[max(keep, 0) :]
         await self._refresh(session, rebuild=keep <= 0)
@@ -205,7 +218,7 @@ class Completer:
         advanced = await self._steps.advance(state, ids)
         session.context.extend(ids)
         session.states.extend(advanced.states)
-        session.keep(self.limits.kept_states)
+        session.keep(self._kept_states)
         session.log_probs = advanced.log_probs
         if session.states:  # a transformer's cache grows with the context
             session.state_bytes = _state_bytes(session.states[-1])
@@ -230,6 +243,7 @@ class Completer:
         del session.states[len(context) - session.offset :]
         advanced = await self._steps.advance(previous, [context[-1]])
         session.states.extend(advanced.states)
+        session.keep(self._kept_states)
         session.log_probs = advanced.log_probs
 
     # -- suggestions ---------------------------------------------------------------------------
