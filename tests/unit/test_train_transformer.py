@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lmserve.export.rnn.data import BOS_ID, EOS_ID, build_word_vocab, encode_sentences
-from lmserve.export.rnn.train import BEST_CHECKPOINT, TrainConfig, train
+from lmserve.export.rnn.train import BEST_CHECKPOINT, LAST_CHECKPOINT, TrainConfig, train
 from lmserve.export.rnn.transformer import (
     HF_FOLDER,
     TransformerLM,
@@ -76,8 +76,11 @@ def test_loss_falls_and_evaluation_matches_the_model_loss(
     assert math.isfinite(after.perplexity)
     assert after.perplexity < 0.5 * before.perplexity
     assert after.log_prob == pytest.approx(_brute_force(model, valid_ids), rel=1e-4)
-    history = torch.load(tmp_path / BEST_CHECKPOINT, weights_only=True)["history"]
-    assert history[-1]["lr"] == pytest.approx(1e-2)  # the plateau rate, not the cosine's
+    history = torch.load(tmp_path / LAST_CHECKPOINT, weights_only=True)["history"]
+    # `lr` is the plateau rate (1e-2, halved when validation got worse), not the cosine's.
+    halvings = math.log2(1e-2 / history[-1]["lr"])
+    assert halvings == pytest.approx(round(halvings)) and halvings < len(history)
+    assert history[-1]["last_batch_lr"] < 1e-4  # the cosine's, near 0 by the last epoch's end
 
 
 def test_bf16_step_trains(corpus: dict[str, Path]) -> None:

@@ -1,6 +1,8 @@
 """`lmserve train-rnn` (alias `train-neural`): train a neural LM on a text corpus and checkpoint
-the best model: a recurrent one (`--cell rnn|lstm|gru`) or a feed-forward (Bengio) one over a
-fixed window of `--order - 1` previous tokens (`--cell ffnn`).
+the best model: a recurrent one (`--cell rnn|lstm|gru`), a feed-forward (Bengio) one over a
+fixed window of `--order - 1` previous tokens (`--cell ffnn`), or a decoder-only transformer
+(`--cell transformer`: a Hugging Face GPT-2 or Llama of `--layers`, `--hidden-size`, `--heads`;
+see transformer.py).
 
 The output folder holds `checkpoint-best.pt` (model, vocabulary, tokenizer, configs, history) and
 `checkpoint-last.pt` (for `--resume`); `lmserve export-rnn` turns a checkpoint into a model folder,
@@ -28,14 +30,20 @@ from lmserve.export.cli_types import existing_file, regex
 if TYPE_CHECKING:
     import numpy as np
 
+    from lmserve.export.rnn.nets import NeuralLM
+    from lmserve.export.rnn.train import BatchStep, Scorer
+    from lmserve.export.rnn.transformer import TransformerLM
     from lmserve.server.text.bpe import BpeCodec
     from lmserve.server.text.char import CharCodec
 
 HELP = (
-    "Train an RNN/LSTM/GRU or feed-forward (ffnn) language model on a text corpus "
+    "Train an RNN/LSTM/GRU, feed-forward (ffnn) or transformer language model on a text corpus "
     "(one sentence per line)."
 )
 DEFAULT_FFNN_ORDER = 5
+# The transformer's flags are None when not given (other cells refuse them); these fill in.
+DEFAULT_HEADS = 4
+DEFAULT_MAX_POSITIONS = 256
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,14 +54,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--test", type=existing_file, help="test text, evaluated with the best model"
     )
     arch = parser.add_argument_group("architecture")
-    arch.add_argument("--cell", choices=["rnn", "lstm", "gru", "ffnn"], default="lstm")
+    arch.add_argument(
+        "--cell", choices=["rnn", "lstm", "gru", "ffnn", "transformer"], default="lstm"
+    )
     arch.add_argument(
         "--order",
         type=int,
         help=f"ffnn only: n-gram order, the window is order - 1 tokens "
         f"(default {DEFAULT_FFNN_ORDER})",
     )
-    arch.add_argument("--embedding-size", type=int, default=512)
+    arch.add_argument(
+        "--embedding-size", type=int, help="default: --hidden-size (a transformer's only width)"
+    )
     arch.add_argument("--hidden-size", type=int, default=512)
     arch.add_argument("--layers", type=int, default=1)
     arch.add_argument("--dropout", type=float, default=0.3)
@@ -62,6 +74,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="share the embedding and decoder matrices (needs equal sizes)",
+    )
+    arch.add_argument(
+        "--heads", type=int, help=f"transformer only: attention heads (default {DEFAULT_HEADS})"
+    )
+    arch.add_argument(
+        "--max-positions",
+        type=int,
+        help=f"transformer only: the longest sentence, <s> included (default "
+        f"{DEFAULT_MAX_POSITIONS})",
+    )
+    arch.add_argument(
+        "--family",
+        choices=["gpt2", "llama"],
+        help="transformer only: GPT-2 (learned positions, dropout everywhere; the default) or "
+        "Llama (RoPE, RMSNorm, SwiGLU; attention dropout only)",
     )
     tok = parser.add_argument_group("tokenizer")
     tok.add_argument(
@@ -88,11 +115,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     opt.add_argument("--epochs", type=int, default=20)
     opt.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     opt.add_argument("--bptt", type=int, default=100, help="truncated BPTT window (tokens)")
-    opt.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    opt.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], default="adam")
     opt.add_argument("--lr", type=float, default=2e-3)
     opt.add_argument("--weight-decay", type=float, default=0.0)
     opt.add_argument("--clip", type=float, default=0.25, help="gradient-norm clip")
     opt.add_argument("--lr-decay", type=float, default=0.5, help="factor on plateau")
+    opt.add_argument(
+        "--warmup-steps", type=int, default=0, help="batches over which the rate rises from 0"
+    )
+    opt.add_argument(
+        "--lr-schedule",
+        choices=["plateau", "cosine"],
+        default="plateau",
+        help="after warm-up: constant, or half a cosine to 0 by --epochs (or --max-minutes, "
+        "whichever comes first); halved on a plateau either way",
+    )
+    opt.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="transformer only: bf16 trains under CPU bfloat16 autocast (evaluation is fp32)",
+    )
     opt.add_argument("--patience", type=int, default=3, help="epochs without improvement")
     opt.add_argument("--seed", type=int, default=1)
     opt.add_argument("--max-minutes", type=float, help="stop training after this long")
@@ -108,6 +151,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from lmserve.export.rnn import transformer
     from lmserve.export.rnn.data import (
         build_word_vocab,
         count_words,
@@ -121,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from lmserve.export.rnn.model import RecurrentLMConfig
     from lmserve.export.rnn.nets import build_model
-    from lmserve.export.rnn.train import TrainConfig, evaluate, train
+    from lmserve.export.rnn.train import TrainConfig, train
     from lmserve.server.manifest import TokenizerKind, TokenizerSpec
     from lmserve.server.text.bpe import BpeCodec
     from lmserve.server.text.word import WordTokenizer
@@ -129,11 +173,24 @@ def run(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    def architecture(vocab_size: int) -> RecurrentLMConfig:
+    width = args.hidden_size if args.embedding_size is None else args.embedding_size
+
+    def architecture(vocab_size: int) -> RecurrentLMConfig | transformer.TransformerLMConfig:
+        if args.cell == "transformer":
+            return transformer.TransformerLMConfig(
+                vocab_size=vocab_size,
+                family=args.family or "gpt2",
+                hidden_size=args.hidden_size,
+                num_layers=args.layers,
+                heads=args.heads or DEFAULT_HEADS,
+                dropout=args.dropout,
+                max_positions=args.max_positions or DEFAULT_MAX_POSITIONS,
+                tie_weights=args.tie_weights,
+            )
         return RecurrentLMConfig(
             vocab_size=vocab_size,
             cell=args.cell,
-            embedding_size=args.embedding_size,
+            embedding_size=width,
             hidden_size=args.hidden_size,
             num_layers=args.layers,
             dropout=args.dropout,
@@ -162,6 +219,9 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_minutes=args.max_minutes,
             threads=args.threads,
+            warmup_steps=args.warmup_steps,
+            lr_schedule=args.lr_schedule,
+            precision=args.precision,
         )
     except ValidationError as exc:
         for line in flag_messages(exc):
@@ -218,12 +278,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
     model_cfg = architecture(len(vocab))
     valid_ids = encode(args.heldout)
+    test_ids = encode(args.test) if args.test else []
     log(f"vocabulary {len(vocab)} (specials included), {len(train_ids)} training sentences")
+    if isinstance(model_cfg, transformer.TransformerLMConfig):
+        problem = _too_long(model_cfg.max_positions, train_ids, valid_ids, test_ids)
+        if problem is not None:
+            log(f"lmserve train-rnn: {problem}")
+            return 2
     import torch
 
     torch.manual_seed(train_cfg.seed)
-    model = build_model(model_cfg)
-    extra = {
+    model: NeuralLM | TransformerLM
+    if isinstance(model_cfg, transformer.TransformerLMConfig):
+        model = transformer.TransformerLM(model_cfg)
+    else:
+        model = build_model(model_cfg)
+    step, scorer = _step_and_scorer(model)
+    log(f"{sum(p.numel() for p in model.parameters())} parameters")
+    extra: dict[str, object] = {
         "vocab": vocab,
         "tokenizer": spec.model_dump(mode="json"),
         "training_corpus": str(args.corpus),
@@ -235,6 +307,9 @@ def run(args: argparse.Namespace) -> int:
             "words": count_words(lines(args.heldout), spec),
         },
     }
+    if args.cell == "transformer":
+        # The few sentences an export's parity check reads (export-rnn has no corpus).
+        extra["sample_ids"] = transformer.sample_ids(valid_ids)
     if isinstance(subword, BpeCodec):
         extra["tokenizer_json"] = subword.to_json()
     valid = train(
@@ -247,6 +322,8 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         log=log,
         progress=not args.no_progress,
+        step=step,
+        scorer=scorer,
     )
     report: dict[str, float | int | str] = {
         "valid_perplexity": valid.perplexity,
@@ -262,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
             valid_words=words,
         )
     if args.test:
-        test = evaluate(model, encode(args.test), train_cfg.batch_size)
+        test = scorer(model, test_ids, train_cfg.batch_size)
         report.update(test_perplexity=test.perplexity, test_tokens=test.tokens)
         if subword is not None:
             words = count_words(lines(args.test), spec)
@@ -276,6 +353,27 @@ def run(args: argparse.Namespace) -> int:
     if args.export:
         return _export(args, log)
     return 0
+
+
+def _step_and_scorer(model: NeuralLM | TransformerLM) -> tuple[BatchStep, Scorer]:
+    """The batch step and the scorer train.train runs for this model."""
+    from lmserve.export.rnn import train, transformer
+
+    if isinstance(model, transformer.TransformerLM):
+        return transformer.train_batch, transformer.evaluate
+    return train.train_batch, train.evaluate
+
+
+def _too_long(max_positions: int, *splits: list[np.ndarray]) -> str | None:
+    """What to change when a sentence (with its `<s>`) is longer than the transformer's
+    positions: said before training, not at the test set after it."""
+    longest = max((len(s) + 1 for split in splits for s in split), default=0)
+    if longest <= max_positions:
+        return None
+    return (
+        f"the longest sentence has {longest} tokens with its <s>, more than --max-positions "
+        f"{max_positions}: raise --max-positions to at least {longest}"
+    )
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -306,6 +404,8 @@ def _export(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     from lmserve.export.rnn.parity import ParityError
     from lmserve.export.rnn.train import BEST_CHECKPOINT
 
+    if args.cell == "transformer":
+        return _export_transformer(args, log)
     try:
         checkpoint = load_checkpoint(args.output_dir / BEST_CHECKPOINT)
         result = write_model_folder(
@@ -324,4 +424,27 @@ def _export(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         f"exported {args.export_format} to {result.folder} (parity max |diff| "
         f"{result.parity.max_abs_diff:.1e})"
     )
+    return 0
+
+
+def _export_transformer(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """checkpoint-best.pt -> an ONNX model folder with past key values (transformer.py)."""
+    from lmserve.export.rnn import transformer
+    from lmserve.export.rnn.export_command import measured_metrics
+    from lmserve.export.rnn.train import BEST_CHECKPOINT
+
+    try:
+        checkpoint = transformer.load_checkpoint(args.output_dir / BEST_CHECKPOINT)
+        parity = transformer.export_model_folder(
+            checkpoint,
+            args.export,
+            name=args.name,
+            metrics=measured_metrics(checkpoint, log=log),
+            log=log,
+        )
+    except (ImportError, FileExistsError, ValueError) as exc:
+        # The checkpoint (and hf/, its Hugging Face form) is kept: export-rnn can retry it.
+        log(f"lmserve train-rnn: export failed: {exc}")
+        return 1
+    log(f"exported onnx to {args.export} ({parity})")
     return 0

@@ -2,6 +2,8 @@
 
 The exported model is checked against PyTorch eager before the folder appears (see parity.py);
 the manifest records the architecture, tokenizer, checksums and the measured perplexities.
+A `--cell transformer` checkpoint goes to lmserve.export.hf's ONNX export with past key values
+instead (transformer.py), checked against transformers' own forward.
 """
 
 from __future__ import annotations
@@ -12,10 +14,27 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from lmserve.export.rnn.folder import Checkpoint
+    from torch import nn
+
+    from lmserve.export.rnn.train import Scorer
+    from lmserve.server.manifest import TokenizerSpec
+
+
+class Measurable(Protocol):
+    """What measured_metrics reads of a checkpoint, recurrent or transformer."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def model(self) -> nn.Module: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+    @property
+    def tokenizer(self) -> TokenizerSpec: ...
+
 
 HELP = "Export a train-rnn checkpoint as a model folder (ONNX or TorchScript), parity-checked."
 
@@ -47,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    from lmserve.export.rnn import transformer
+
+    if transformer.is_transformer_checkpoint(args.checkpoint):
+        return _export_transformer(args, log)
     try:
         checkpoint = load_checkpoint(args.checkpoint)
         metrics = measured_metrics(checkpoint, test=args.test, log=log)
@@ -77,15 +100,45 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_transformer(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    from lmserve.export.rnn import transformer
+
+    if args.format != "onnx":
+        log("lmserve export-rnn: a transformer exports to ONNX only: drop --format")
+        return 2
+    try:
+        checkpoint = transformer.load_checkpoint(args.checkpoint)
+        metrics = measured_metrics(checkpoint, test=args.test, log=log, scorer=transformer.evaluate)
+        parity = transformer.export_model_folder(
+            checkpoint,
+            args.model_dir,
+            name=args.name,
+            description=args.description,
+            metrics=metrics,
+            overwrite=args.overwrite,
+            log=log,
+        )
+    except (FileExistsError, ValueError) as exc:  # the hf export's ParityError included
+        log(f"lmserve export-rnn: {exc}")
+        return 1
+    print(json.dumps({"model_dir": str(args.model_dir), "parity": str(parity), **metrics}))
+    return 0
+
+
 def measured_metrics(
-    checkpoint: Checkpoint, *, test: Path | None = None, log: Callable[[str], None] = print
+    checkpoint: Measurable,
+    *,
+    test: Path | None = None,
+    log: Callable[[str], None] = print,
+    scorer: Scorer | None = None,
 ) -> dict[str, float]:
     """The provenance metrics: per-word perplexities (natural log, one `</s>` a line), epochs,
     parameters, training minutes.
 
     The checkpoint's validation perplexity is per token; `valid_counts` (tokens and words, saved
     by train-rnn) converts it exactly. A `report.json` beside the checkpoint supplies the test
-    perplexity when its validation figure is this checkpoint's; `test` measures it afresh.
+    perplexity when its validation figure is this checkpoint's; `test` measures it afresh, with
+    `scorer` (the recurrent models' evaluate by default).
     """
     from lmserve.export.rnn.data import count_words, make_codec, split_encoded
     from lmserve.export.rnn.train import evaluate
@@ -123,7 +176,8 @@ def measured_metrics(
         with test.open(encoding="utf-8") as f:
             lines = list(f)
         codec = make_codec(checkpoint.tokenizer, data["vocab"], data.get("tokenizer_json"))
-        result = evaluate(model, split_encoded(codec.encode_texts(lines)))
+        score: Scorer = evaluate if scorer is None else scorer
+        result = score(model, split_encoded(codec.encode_texts(lines)), 64)
         metrics["test_perplexity"] = math.exp(
             -result.log_prob / count_words(lines, checkpoint.tokenizer)
         )
