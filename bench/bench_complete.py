@@ -24,12 +24,14 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from common import (
     DEFAULT_MODELS,
     REPO_ROOT,
     emit,
+    linked_repository,
     log,
     percentile,
     quick,
@@ -69,12 +71,14 @@ class SessionSuggest:
         return [c.word for c in self.session.suggest(partial, k)]
 
 
-def savings(target: str, sentences: list[str], k: int) -> None:
+def savings(
+    target: str, sentences: list[str], k: int, models: tuple[str, ...] = SAVINGS_MODELS
+) -> None:
     from lmserve.client import LmServeClient
     from lmserve.client.savings import keystroke_savings
 
     with LmServeClient(target) as client:
-        for model in SAVINGS_MODELS:
+        for model in models:
             with client.complete(model, k=k) as session:
                 started = time.perf_counter()
                 got = keystroke_savings(sentences, SessionSuggest(session), k)
@@ -263,12 +267,26 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-savings", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument(
+        "--with-model",
+        type=Path,
+        action="append",
+        default=[],
+        help="another model folder whose keystroke savings to measure beside the defaults",
+    )
     args = parser.parse_args()
     primitives(args.runs)
     from lmserve.client import LmServeClient, LmServeClientError
 
     lines = [line for line in read_lines(TEST_SENTENCES) if line.strip()]
-    with ServerProcess(DEFAULT_MODELS) as server:
+    repository, models = DEFAULT_MODELS, SAVINGS_MODELS
+    if args.with_model:
+        from lmserve.server.manifest import read_manifest
+
+        defaults = [DEFAULT_MODELS / name for name in ("kjv-5gram", "kjv-lstm", "kjv-lstm-5gram")]
+        repository = linked_repository("complete-repo", *defaults, *args.with_model)
+        models = (*models, *(read_manifest(folder).name for folder in args.with_model))
+    with ServerProcess(repository) as server:
         try:
             with LmServeClient(server.target) as client, client.complete("kjv-5gram") as s:
                 s.suggest("")
@@ -277,7 +295,7 @@ def main() -> int:
             return 1
         if not args.skip_savings:
             log(f"keystroke savings over {args.sentences} test sentences, k={args.k}")
-            savings(server.target, lines[: args.sentences], args.k)
+            savings(server.target, lines[: args.sentences], args.k, models)
         if not args.skip_latency:
             log(f"latency: {args.sessions} sessions x {args.keys} keys, {args.runs} runs")
             for interval in (float(v) for v in args.key_intervals_ms.split(",")):

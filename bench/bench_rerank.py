@@ -23,9 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common import DEFAULT_MODELS, REPO_ROOT, emit, log, quick, record
+from common import DEFAULT_MODELS, REPO_ROOT, emit, linked_repository, log, quick, record
 from nbest.make_nbest import generate
 from server_process import ServerProcess
+
+from lmserve.server.manifest import read_manifest
 
 if TYPE_CHECKING:
     from lmserve.client import LmServeClient, NBestList, RerankedList
@@ -155,6 +157,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODELS)
     parser.add_argument("--batch-lists", type=int, default=16)
+    parser.add_argument(
+        "--with-model",
+        type=Path,
+        action="append",
+        default=[],
+        help="another model folder to measure beside the defaults (e.g. a transformer)",
+    )
     args = parser.parse_args()
     runs = max(3, args.runs)
     from lmserve.client import LmServeClient, LmServeClientError
@@ -167,9 +176,14 @@ def main() -> int:
     for name in MODELS:
         if not (args.model_dir / name / "model.yaml").exists():
             raise SystemExit(f"{args.model_dir / name} is missing: run `make models` first")
-    with ServerProcess(args.model_dir) as server, LmServeClient(server.target, timeout=600) as c:
+    models = (*MODELS, *(read_manifest(folder).name for folder in args.with_model))
+    repository = args.model_dir
+    if args.with_model:
+        defaults = [args.model_dir / name for name in MODELS]
+        repository = linked_repository("rerank-repo", *defaults, *args.with_model)
+    with ServerProcess(repository) as server, LmServeClient(server.target, timeout=600) as c:
         try:
-            for model in MODELS:
+            for model in models:
                 log(f"WER with {model}")
                 wer_for_model(c, model, test, dev, args.batch_lists)
             log("speed on kjv-lstm")
