@@ -279,7 +279,8 @@ def main() -> int:
     from lmserve.client import LmServeClient, LmServeClientError
 
     lines = [line for line in read_lines(TEST_SENTENCES) if line.strip()]
-    repository, models = DEFAULT_MODELS, SAVINGS_MODELS
+    repository: Path = DEFAULT_MODELS
+    models: tuple[str, ...] = SAVINGS_MODELS
     if args.with_model:
         from lmserve.server.manifest import read_manifest
 
