@@ -84,7 +84,7 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory, shared_data: Path
 
     (root / "invalid-manifest").mkdir()
     (root / "invalid-manifest" / "model.yaml").write_text(
-        "name: invalid-manifest\nkind: transformer\nformat: ngram_binary\nfiles: {}\n"
+        "name: invalid-manifest\nkind: mamba\nformat: ngram_binary\nfiles: {}\n"
     )
 
     (root / "neural").mkdir()

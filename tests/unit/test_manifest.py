@@ -52,7 +52,7 @@ def test_read_manifest_and_verify(tmp_path: Path) -> None:
 
 
 def test_invalid_manifest_names_the_field(tmp_path: Path) -> None:
-    (tmp_path / "model.yaml").write_text("name: m\nkind: transformer\nformat: onnx\nfiles: {}\n")
+    (tmp_path / "model.yaml").write_text("name: m\nkind: mamba\nformat: onnx\nfiles: {}\n")
     with pytest.raises(ManifestError, match="kind"):
         read_manifest(tmp_path)
 

@@ -45,7 +45,8 @@ class Admission:
         """Queues `stream`, or raises Overloaded when it would make more than
         `max_queued_requests` wait (RequestTooLarge when its cache could never fit).
         `occupied`: slots held by running or prefilling samples; `cache_bytes`: their cache."""
-        self.window.check_request(stream.request, stream.samples)
+        if self.window.max_cache_bytes:
+            self.window.check_request(stream.request, stream.samples)
         self.waiting.append(stream)
         queued = len(self.waiting) - self._admissible(occupied, cache_bytes)
         if queued > self.limits.max_queued_requests:
@@ -76,7 +77,11 @@ class Admission:
         free_bytes = budget - cache_bytes if budget else None
         taken = count = 0
         for stream in self.waiting:
-            need = self.window.request_bytes(stream.request, stream.samples)
+            need = (
+                0
+                if free_bytes is None
+                else self.window.request_bytes(stream.request, stream.samples)
+            )
             too_big = free_bytes is not None and need > free_bytes
             if (stream.samples > free or too_big) and (taken or occupied):
                 break
