@@ -460,6 +460,10 @@ def test_the_openai_route_scores_and_generates_with_a_transformer(
     prompt = tokenizers["tiny-llama"].encode("And God").ids
     tokens = _reference_tokens(models["tiny-llama"], prompt, 5, seed=None, temperature=0.0)
     assert made["choices"][0]["text"] == tokenizers["tiny-llama"].decode(tokens)
+    # Echoed, the completion follows the prompt with the spacing its own tokens carry.
+    echoed = post({"model": "tiny-llama", "prompt": "And God", "max_tokens": 5, "temperature": 0,
+                   "echo": True})  # fmt: skip
+    assert echoed["choices"][0]["text"] == tokenizers["tiny-llama"].decode(prompt + tokens)
 
 
 def test_bos_off_is_refused_as_unimplemented(

@@ -226,11 +226,12 @@ def _event(data: dict[str, Any]) -> str:
 
 async def _separator(servicer: LanguageModelServicer, body: CompletionRequest) -> str:
     """What goes between an echoed prompt and its completion: a space, unless the model reads
-    characters (then the completion brings its own spacing)."""
+    characters or a checkpoint's own tokens (then the completion brings its own spacing)."""
     if not body.echo or body.max_tokens == 0:
         return ""
     answer = await servicer.GetModel(pb.GetModelRequest(model=body.model), NoDeadline())
-    return "" if answer.model.tokenizer.kind == pb.TOKENIZER_KIND_CHARACTER else " "
+    spaced_by_tokens = (pb.TOKENIZER_KIND_CHARACTER, pb.TOKENIZER_KIND_HUGGINGFACE)
+    return "" if answer.model.tokenizer.kind in spaced_by_tokens else " "
 
 
 def openai_routes(
