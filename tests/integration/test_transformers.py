@@ -555,3 +555,22 @@ def test_a_backspace_slices_the_session_cache_and_answers_as_a_fresh_session(
     again = ask([pb.CompleteRequest(model="tiny-llama", append_tokens=pieces, k=4)])
     after = [(c.word, round(c.log_prob, 4)) for c in typed[2].completions]
     assert after == [(c.word, round(c.log_prob, 4)) for c in again[0].completions]
+
+
+def test_the_tokenizer_endpoints_speak_the_checkpoints_tokens(
+    server: BackgroundServer, tokenizers: dict[str, Tokenizer]
+) -> None:
+    base = f"http://127.0.0.1:{server.http_port}"
+    body = json.dumps({"model": "tiny-gpt2", "prompt": "And God said"}).encode()
+    request = urllib.request.Request(
+        f"{base}/tokenize", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.load(response)
+    assert answer["tokens"] == tokenizers["tiny-gpt2"].encode("And God said").ids
+    assert answer["max_model_len"] == POSITIONS - 1  # <s> takes the first position
+    with urllib.request.urlopen(f"{base}/tokenizer_info?model=tiny-gpt2", timeout=30) as response:
+        info = json.load(response)
+    assert info["bos_token"] == info["eos_token"] == "<|endoftext|>"
+    assert info["tokenizer_class"] == "huggingface"
+    assert info["model_max_length"] == POSITIONS - 1

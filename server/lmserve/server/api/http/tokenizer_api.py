@@ -74,7 +74,7 @@ def tokenizer_routes(
                     ids = _encode(served, prompt)
                     if body.get("add_special_tokens") is True:
                         ids = [served.vocab.bos_id, *ids]
-                    limit = served.limits.requests.max_tokens_per_text
+                    limit = served.max_text_tokens
         except CallFailed as failed:
             return error_response(failed)
         answer = {"tokens": ids, "count": len(ids), "max_model_len": limit}
@@ -109,7 +109,7 @@ def tokenizer_routes(
                         "pad_token": None,
                         "vocab_size": len(vocab),
                         "tokenizer_class": str(getattr(served.codec, "kind", "word")),
-                        "model_max_length": served.limits.requests.max_tokens_per_text,
+                        "model_max_length": served.max_text_tokens,
                     }
         except CallFailed as failed:
             return error_response(failed)

@@ -228,6 +228,13 @@ class ServedModel:
             return run()
         return await asyncio.to_thread(run)
 
+    @property
+    def max_text_tokens(self) -> int:
+        """Tokens one text may have: the request limit, and a transformer's positions less
+        its `<s>` (what tokenizer endpoints report as the model's length)."""
+        limit = self.limits.requests.max_tokens_per_text
+        return limit if self.max_positions is None else min(limit, self.max_positions - 1)
+
     def _within_positions(self, prepared: PreparedScoring, field: str) -> PreparedScoring:
         """A transformer's texts must each fit its positions (`<s>` and the scored tokens):
         refused here, by the request's own index, before any work is queued."""
