@@ -113,11 +113,17 @@ def transformer_vocabulary(folder: Path, manifest: ModelManifest) -> Vocabulary:
     codec = read_subword_codec(folder, manifest)
     if codec is not None:
         return codec.vocab
+    return _vocab_file(folder, manifest, escape=False)
+
+
+def _vocab_file(folder: Path, manifest: ModelManifest, *, escape: bool) -> Vocabulary:
+    """`vocab.txt` with the manifest's special tokens (a character model's lines escaped)."""
     path = manifest.file_path(folder, "vocab")
     specials = manifest.special_tokens
+    what = "character vocabulary" if escape else "vocabulary"
     try:
         return Vocabulary.from_words(
-            read_vocab_file(path, escape=False),
+            read_vocab_file(path, escape=escape),
             unk=specials.unk,
             bos=specials.bos,
             eos=specials.eos,
@@ -125,8 +131,8 @@ def transformer_vocabulary(folder: Path, manifest: ModelManifest) -> Vocabulary:
         )
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelLoadError(str(path), "unreadable vocabulary", f"{exc}") from exc
-    except (KeyError, ValueError) as exc:
-        raise ModelLoadError(str(path), f"vocabulary: {exc}") from exc
+    except (KeyError, ValueError) as exc:  # a bad escape, a duplicate, a missing special
+        raise ModelLoadError(str(path), f"{what}: {exc}") from exc
 
 
 def interpolation_components(folder: Path, manifest: ModelManifest) -> list[tuple[str, float]]:
@@ -273,20 +279,7 @@ def read_subword_codec(
             f"not kind {manifest.kind.value!r}",
         )
     if spec.kind is TokenizerKind.CHARACTER:
-        path = manifest.file_path(folder, "vocab")
-        specials = manifest.special_tokens
-        try:
-            vocab = Vocabulary.from_words(
-                read_vocab_file(path, escape=True),
-                unk=specials.unk,
-                bos=specials.bos,
-                eos=specials.eos,
-                pad=specials.pad,
-            )
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ModelLoadError(str(path), "unreadable vocabulary", f"{exc}") from exc
-        except (KeyError, ValueError) as exc:  # a bad escape, a duplicate, a missing special
-            raise ModelLoadError(str(path), f"character vocabulary: {exc}") from exc
+        vocab = _vocab_file(folder, manifest, escape=True)
         return CharCodec(vocab, lowercase=spec.lowercase, pattern=spec.pattern)
     path = manifest.file_path(folder, spec.file or "tokenizer")
     try:
