@@ -268,3 +268,20 @@ def test_truncate_goes_back_without_a_model_call(backend: TransformerBackend) ->
     np.testing.assert_allclose(lp[1], _one_pass(backend, [bos, 12]), atol=1e-4)
     with pytest.raises(ValueError, match="cannot go back 4"):
         stepper.truncate(state, 4)  # the second row has read <s> and two tokens
+
+
+def test_import_hf_replaces_only_a_model_folder(
+    folders: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = checkpoint(tmp_path / "ck", "gpt2")
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    assert main(["import-hf", str(source), str(other)]) == 1
+    assert main(["import-hf", str(source), str(other), "--overwrite"]) == 1
+    assert "is not a model folder" in capsys.readouterr().err
+    assert (other / "keep.txt").read_text() == "mine"
+    model = tmp_path / "model"
+    shutil.copytree(folders["gpt2"], model)
+    assert main(["import-hf", str(source), str(model), "--overwrite"]) == 0
+    assert read_manifest(model).name == "model"

@@ -31,14 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from lmserve.export.hf.checkpoint import CheckpointError
     from lmserve.export.hf.importer import ParityError, export_checkpoint
+    from lmserve.server.manifest import find_manifest
 
     out: Path = args.model_dir
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        print(
-            f"import-hf: {out} exists and is not empty (pass --overwrite to replace it)",
-            file=sys.stderr,
-        )
-        return 1
+    if out.exists() and any(out.iterdir()):
+        if not args.overwrite:
+            problem = "exists and is not empty (pass --overwrite to replace it)"
+        elif find_manifest(out) is None:
+            problem = "is not a model folder (no manifest): --overwrite replaces model folders only"
+        else:
+            problem = ""
+        if problem:
+            print(f"import-hf: {out} {problem}", file=sys.stderr)
+            return 1
     try:
         parity = export_checkpoint(args.checkpoint_dir, out, name=args.name)
     except (CheckpointError, ParityError) as exc:
