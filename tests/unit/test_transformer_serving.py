@@ -208,8 +208,6 @@ def test_an_optimum_folder_is_read_as_a_transformer(
 def test_a_graph_with_a_missing_cache_input_is_refused(
     folders: dict[str, Path], tmp_path: Path
 ) -> None:
-    import onnx
-
     folder = tmp_path / "broken"
     shutil.copytree(folders["gpt2"], folder)
     config = json.loads((folder / "config.json").read_text())
@@ -219,7 +217,6 @@ def test_a_graph_with_a_missing_cache_input_is_refused(
     manifest.write_text(
         "\n".join(line for line in manifest.read_text().splitlines() if "sha256" not in line)
     )
-    assert onnx.load(str(folder / "model.onnx")).graph.input  # a real graph
     entry = load_entry(folder)
     assert entry.state is ModelState.FAILED
     assert "past_key_values.2.key" in (entry.load_error or "")

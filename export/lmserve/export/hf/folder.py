@@ -22,6 +22,8 @@ from lmserve.export.hf.parity import PARITY_NATS, Parity, check_parity
 from lmserve.server.backends.transformer import CacheShape
 from lmserve.server.manifest import (
     FileEntry,
+    ModelFormat,
+    ModelKind,
     ModelManifest,
     Provenance,
     SpecialTokensSpec,
@@ -29,7 +31,13 @@ from lmserve.server.manifest import (
     sha256_of,
     write_manifest,
 )
-from lmserve.server.pretrained_manifest import CONFIG, GRAPH, TOKENIZER, pretrained_manifest
+from lmserve.server.pretrained_manifest import (
+    CONFIG,
+    GRAPH,
+    TOKENIZER,
+    architecture,
+    pretrained_manifest,
+)
 
 VOCAB = "vocab.txt"
 
@@ -90,7 +98,7 @@ def write_transformer_folder(
         else:
             assert vocab_words is not None
             (staging / VOCAB).write_text("".join(f"{w}\n" for w in vocab_words), "utf-8")
-            base = pretrained_manifest_fields(staging, name, config)
+            base = _word_manifest_fields(staging, name, config)
             manifest = ModelManifest(
                 **base,
                 description=description,
@@ -108,11 +116,8 @@ def write_transformer_folder(
     return parity
 
 
-def pretrained_manifest_fields(folder: Path, name: str, config: dict[str, Any]) -> dict[str, Any]:
+def _word_manifest_fields(folder: Path, name: str, config: dict[str, Any]) -> dict[str, Any]:
     """A word-vocabulary transformer's manifest fields besides tokenizer and provenance."""
-    from lmserve.server.manifest import ModelFormat, ModelKind
-    from lmserve.server.pretrained_manifest import architecture
-
     return {
         "name": name,
         "kind": ModelKind.TRANSFORMER,

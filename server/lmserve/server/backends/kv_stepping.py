@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import FloatArray, Vocabulary
+from lmserve.server.backends.feed_groups import feed_in_groups
 from lmserve.server.backends.transformer import (
     Past,
     TransformerBackend,
@@ -98,32 +99,16 @@ class KvStepper:
 
     def feed(self, chunks: Sequence[Sequence[int]], state: KvState) -> tuple[FloatArray, KvState]:
         """Rows of equal chunk length read together (their new tokens need no padding)."""
-        if any(len(row) == 0 for row in chunks):
-            raise ValueError("feed needs at least one token per row")
         if len(chunks) != state.batch:
             raise ValueError(f"{len(chunks)} chunks for a state of {state.batch} rows")
-        by_length: dict[int, list[int]] = {}
-        for i, row in enumerate(chunks):
-            by_length.setdefault(len(row), []).append(i)
-        out: FloatArray | None = None
-        states: list[KvState | None] = [None] * len(chunks)
-        for length, rows in by_length.items():
-            tokens = np.asarray([list(chunks[i]) for i in rows], dtype=np.int64)
-            sub = state if len(rows) == len(chunks) else self.select(state, rows)
-            log_probs: FloatArray | None = None
-            for start in range(0, length, self.max_chunk_tokens):
-                piece = np.ascontiguousarray(tokens[:, start : start + self.max_chunk_tokens])
-                log_probs, sub = self._forward(piece, sub)
-            assert log_probs is not None
-            if len(rows) == len(chunks):
-                return log_probs, sub
-            if out is None:
-                out = np.empty((len(chunks), log_probs.shape[1]), dtype=log_probs.dtype)
-            out[rows] = log_probs
-            for j, i in enumerate(rows):
-                states[i] = self.select(sub, [j])
-        assert out is not None
-        return out, self.merge([s for s in states if s is not None])
+        return feed_in_groups(
+            chunks,
+            state,
+            window=self.max_chunk_tokens,
+            forward=self._forward,
+            select=self.select,
+            merge=self.merge,
+        )
 
     def _forward(self, ids: npt.NDArray[np.int64], state: KvState) -> tuple[FloatArray, KvState]:
         """Reads `ids` [B, T] after the cache: the log-probs after each row's last token."""

@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import FloatArray, LanguageModelBackend, Vocabulary
+from lmserve.server.backends.feed_groups import feed_in_groups
 from lmserve.server.backends.interpolated import InterpolatedBackend
 from lmserve.server.backends.kv_stepping import KvStepper
 from lmserve.server.backends.ngram import NgramModel
@@ -133,33 +134,21 @@ class RecurrentStepper:
     def feed(
         self, chunks: Sequence[Sequence[int]], state: RecurrentState
     ) -> tuple[FloatArray, RecurrentState]:
-        # Rows of equal length run together (no padding reaches the state), in windows of
-        # max_chunk_tokens counted from each row's first token here.
-        if any(len(row) == 0 for row in chunks):
-            raise ValueError("feed needs at least one token per row")
-        out: FloatArray | None = None
-        rows_state: list[RecurrentState | None] = [None] * len(chunks)
-        by_length: dict[int, list[int]] = {}
-        for i, row in enumerate(chunks):
-            by_length.setdefault(len(row), []).append(i)
-        window = self.backend.max_chunk_tokens
-        for length, rows in by_length.items():
-            tokens = np.asarray([list(chunks[i]) for i in rows], dtype=np.int64)
-            sub = state if len(rows) == len(chunks) else self.select(state, rows)
-            log_probs = None
-            for start in range(0, length, window):
-                piece = np.ascontiguousarray(tokens[:, start : start + window])
-                log_probs, sub = self.backend.step(piece, sub)
-            assert log_probs is not None
-            if len(rows) == len(chunks):  # one group: no gather, no copy
-                return np.ascontiguousarray(log_probs[:, -1, :]), sub
-            if out is None:  # the model's own precision, as `step` returns
-                out = np.empty((len(chunks), log_probs.shape[2]), dtype=log_probs.dtype)
-            out[rows] = log_probs[:, -1, :]
-            for j, i in enumerate(rows):
-                rows_state[i] = tuple(s[:, j : j + 1] for s in sub)
-        assert out is not None
-        return out, self.merge([s for s in rows_state if s is not None])
+        # Windows of max_chunk_tokens counted from each row's first token here.
+        return feed_in_groups(
+            chunks,
+            state,
+            window=self.backend.max_chunk_tokens,
+            forward=self._last_log_probs,
+            select=self.select,
+            merge=self.merge,
+        )
+
+    def _last_log_probs(
+        self, tokens: npt.NDArray[np.int64], state: RecurrentState
+    ) -> tuple[FloatArray, RecurrentState]:
+        log_probs, new_state = self.backend.step(tokens, state)
+        return np.ascontiguousarray(log_probs[:, -1, :]), new_state
 
     def split(self, state: RecurrentState) -> list[RecurrentState]:
         batch = state[0].shape[1]

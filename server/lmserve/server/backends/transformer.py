@@ -120,8 +120,6 @@ def check_positions(needed: int, limit: int, what: str) -> None:
 class TransformerBackend:
     """A transformer LM served by ONNX Runtime; keeps no per-request state (natural logs)."""
 
-    releases_gil = True
-
     def __init__(self, session: Any, cache: CacheShape, vocab: Vocabulary) -> None:
         self.session = session
         self.cache = cache
@@ -191,8 +189,9 @@ class TransformerBackend:
             )
         n = batch.batch_size
         lengths = np.diff(batch.offsets) + (1 if eos else 0)  # inputs = scored positions
-        for i, length in enumerate(lengths.tolist()):
-            check_positions(int(length), self.max_positions, f"texts[{i}]")
+        if n and lengths.max() > self.max_positions:  # the front refused these already
+            i = int(np.argmax(lengths > self.max_positions))
+            check_positions(int(lengths[i]), self.max_positions, f"texts[{i}]")
         token_offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=token_offsets[1:])
         flat = np.zeros(int(token_offsets[-1]), dtype=np.float64)

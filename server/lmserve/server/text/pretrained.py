@@ -45,6 +45,8 @@ class PretrainedCodec:
     ) -> None:
         self.tokenizer = tokenizer
         by_id = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
+        # Ids from here on are the model's padding: no text (decoding drops them).
+        self.tokenizer_size = len(by_id)
         size = max(vocab_size or 0, len(by_id))
         if sorted(by_id) != list(range(len(by_id))):
             raise ValueError("tokenizer.json ids are not dense 0..n-1")
@@ -84,12 +86,9 @@ class PretrainedCodec:
 
     def decode(self, ids: Iterable[int]) -> str:
         v = self.vocab
-        kept = [i for i in ids if i not in (v.bos_id, v.eos_id) and i < self.tokenizer_size]
+        size = self.tokenizer_size
+        kept = [i for i in ids if i not in (v.bos_id, v.eos_id) and i < size]
         return str(self.tokenizer.decode(kept, skip_special_tokens=False))
-
-    @property
-    def tokenizer_size(self) -> int:
-        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
 
     def word_separator_id(self) -> int | None:
         return None

@@ -21,6 +21,11 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    """A required JSON request body of this schema."""
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
 @functools.cache
 def openapi_document() -> dict[str, Any]:
     request = CompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -41,14 +46,7 @@ def openapi_document() -> dict[str, Any]:
                 "post": {
                     "summary": "Completions (text or token-id prompts; echo and logprobs score "
                     "the prompt; stream: server-sent events)",
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/CompletionRequest"}
-                            }
-                        },
-                    },
+                    "requestBody": _body({"$ref": "#/components/schemas/CompletionRequest"}),
                     "responses": {"200": _json(obj, "A completion (or an event stream)"), **errors},
                 }
             },
@@ -75,43 +73,33 @@ def openapi_document() -> dict[str, Any]:
             "/tokenize": {
                 "post": {
                     "summary": "A prompt's token ids (special tokens written as themselves)",
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["prompt"],
-                                    "properties": {
-                                        "model": {"type": "string"},
-                                        "prompt": {"type": "string"},
-                                        "add_special_tokens": {"type": "boolean"},
-                                    },
-                                }
-                            }
-                        },
-                    },
+                    "requestBody": _body(
+                        {
+                            "type": "object",
+                            "required": ["prompt"],
+                            "properties": {
+                                "model": {"type": "string"},
+                                "prompt": {"type": "string"},
+                                "add_special_tokens": {"type": "boolean"},
+                            },
+                        }
+                    ),
                     "responses": {"200": _json(obj, "{tokens, count, max_model_len}"), **errors},
                 }
             },
             "/detokenize": {
                 "post": {
                     "summary": "Token ids back to text",
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["tokens"],
-                                    "properties": {
-                                        "model": {"type": "string"},
-                                        "tokens": {"type": "array", "items": {"type": "integer"}},
-                                    },
-                                }
-                            }
-                        },
-                    },
+                    "requestBody": _body(
+                        {
+                            "type": "object",
+                            "required": ["tokens"],
+                            "properties": {
+                                "model": {"type": "string"},
+                                "tokens": {"type": "array", "items": {"type": "integer"}},
+                            },
+                        }
+                    ),
                     "responses": {"200": _json(obj, "{prompt}"), **errors},
                 }
             },

@@ -14,6 +14,7 @@ its lock around both calls.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -45,8 +46,7 @@ class Admission:
         """Queues `stream`, or raises Overloaded when it would make more than
         `max_queued_requests` wait (RequestTooLarge when its cache could never fit).
         `occupied`: slots held by running or prefilling samples; `cache_bytes`: their cache."""
-        if self.window.max_cache_bytes:
-            self.window.check_request(stream.request, stream.samples)
+        self.window.check_stream(stream)
         self.waiting.append(stream)
         queued = len(self.waiting) - self._admissible(occupied, cache_bytes)
         if queued > self.limits.max_queued_requests:
@@ -74,21 +74,15 @@ class Admission:
         at least when nothing runs); cancelled ones take no slot."""
         free = self.limits.max_active_sequences - occupied
         budget = self.window.max_cache_bytes
-        free_bytes = budget - cache_bytes if budget else None
+        free_bytes = budget - cache_bytes if budget else math.inf
         taken = count = 0
         for stream in self.waiting:
-            need = (
-                0
-                if free_bytes is None
-                else self.window.request_bytes(stream.request, stream.samples)
-            )
-            too_big = free_bytes is not None and need > free_bytes
-            if (stream.samples > free or too_big) and (taken or occupied):
+            need = self.window.stream_bytes(stream)
+            if (stream.samples > free or need > free_bytes) and (taken or occupied):
                 break
             count += 1
             if not stream.cancelled:
                 taken += 1
                 free -= stream.samples
-                if free_bytes is not None:
-                    free_bytes -= need
+                free_bytes -= need
         return count

@@ -37,10 +37,6 @@ class ContextWindow:
         per_position = int(getattr(stepper, "bytes_per_position", 0))
         return cls(positions, per_position, max_cache_bytes if per_position else 0)
 
-    @property
-    def bounded(self) -> bool:
-        return self.max_positions is not None
-
     def new_tokens_room(self, prompt_tokens: int, field: str = "prompt") -> int | None:
         """How many tokens a sample may generate after `<s>` + the prompt (None: no limit);
         a prompt that does not fit is refused."""
@@ -76,20 +72,21 @@ class ContextWindow:
             return params
         return dataclasses.replace(params, max_length=room, min_length=min(params.min_length, room))
 
-    def sample_bytes(self, prompt_tokens: int, max_new_tokens: int) -> int:
-        """The cache one sample may reach."""
-        return (1 + prompt_tokens + max_new_tokens) * self.bytes_per_position
-
     def request_bytes(self, request: Any, samples: int) -> int:
-        """The cache a Generate request reserves (0 without a budget)."""
+        """The cache `samples` samples of a Generate request may reach, each
+        (1 + prompt + max_new_tokens) positions (0 without a budget)."""
         if not self.max_cache_bytes:
             return 0
-        stopping = request.params.stopping
-        return samples * self.sample_bytes(len(request.prompt_ids), stopping.max_new_tokens)
+        positions = 1 + len(request.prompt_ids) + request.params.stopping.max_new_tokens
+        return samples * positions * self.bytes_per_position
 
-    def check_request(self, request: Any, samples: int) -> None:
-        """Refuses a request whose reservation alone exceeds the budget."""
-        needed = self.request_bytes(request, samples)
+    def stream_bytes(self, stream: Any) -> int:
+        """The cache a queued Generate stream reserves, all its samples (0 without a budget)."""
+        return self.request_bytes(stream.request, stream.samples) if self.max_cache_bytes else 0
+
+    def check_stream(self, stream: Any) -> None:
+        """Refuses a stream whose reservation alone exceeds the budget."""
+        needed = self.stream_bytes(stream)
         if needed > self.max_cache_bytes > 0:
             raise RequestTooLarge(
                 "n x (prompt + max_new_tokens)",

@@ -194,12 +194,9 @@ class GenerationScheduler:
         if not window.max_cache_bytes:
             return 0
         running = list(self._batch.sequences) + self._parking.sequences
-        held = sum(
-            window.sample_bytes(len(s.request.prompt_ids), s.request.params.stopping.max_new_tokens)
-            for s in running
-        )
+        held = sum(window.request_bytes(s.request, 1) for s in running)
         reading = list(self._prefill.pending)
-        held += sum(window.request_bytes(r.stream.request, r.stream.samples) for r in reading)
+        held += sum(window.stream_bytes(r.stream) for r in reading)
         self.stats.cache_bytes_reserved = held
         return held
 
