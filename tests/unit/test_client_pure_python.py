@@ -16,7 +16,7 @@ from lmserve.client import _health
 from lmserve.client import _wire as client_wire
 from lmserve.client._protowire import WireError, encode_varint, fields
 from lmserve.client.errors import retry_delay
-from lmserve.server.decoding.scoring import ScoredTexts
+from lmserve.server.decoding.scored import ScoredTexts
 from lmserve.server.worker.replies.score import score_response_bytes
 from lmserve.v1 import lm_service_pb2 as pb
 

@@ -11,7 +11,7 @@ import pytest
 from lmserve.client import _wire as client_wire
 from lmserve.client.client import _scores
 from lmserve.client.types import TextScore
-from lmserve.server.decoding.scoring import ScoredTexts
+from lmserve.server.decoding.scored import ScoredTexts
 from lmserve.server.worker.replies import packing as wire
 from lmserve.server.worker.replies.score import score_response_bytes
 from lmserve.v1 import lm_service_pb2 as pb
@@ -86,7 +86,7 @@ def test_counts_that_do_not_fit_three_bytes_fall_back(tokens: list[int], oovs: l
 
 
 def test_details_still_built_field_by_field() -> None:
-    from lmserve.server.decoding.scoring import TokenDetails
+    from lmserve.server.decoding.scored import TokenDetails
 
     details = TokenDetails(
         tokens=["a", "</s>"],

@@ -24,6 +24,7 @@ from lmserve.client.commands._common import (
     positive_int,
     with_client,
 )
+from lmserve.client.commands._complete_session import open_session
 
 if TYPE_CHECKING:
     from lmserve.client import Completion, CompletionSession, LmServeClient
@@ -68,17 +69,6 @@ def _word_list(value: str) -> list[str]:
     if not words:
         raise argparse.ArgumentTypeError(f"expected comma-separated words, got {value!r}")
     return words
-
-
-def open_session(client: LmServeClient, args: argparse.Namespace) -> CompletionSession:
-    """The command's session: its model, k, session id, user words and cache weight."""
-    return client.complete(
-        args.model,
-        k=args.k,
-        session_id=args.session_id,
-        user_words=args.user_words,
-        cache_weight=args.cache_weight,
-    )
 
 
 def _completions(found: list[Completion]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.layout import HSplit, Layout, Window
 from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
 
-from lmserve.client.commands.complete import open_session
+from lmserve.client.commands._complete_session import open_session
 
 if TYPE_CHECKING:
     from lmserve.client import Completion, CompletionSession, LmServeClient

@@ -26,7 +26,9 @@ from lmserve.server.api.validation import (
     validate_model_name,
     validate_options,
 )
-from lmserve.server.decoding.scoring import PerplexityAccumulator, ScoredTexts, ScoreOptions
+from lmserve.server.decoding.perplexity import PerplexityAccumulator
+from lmserve.server.decoding.scored import ScoredTexts
+from lmserve.server.decoding.scoring import ScoreOptions
 from lmserve.server.errors import (
     DeadlineExceeded,
     InvalidArgument,

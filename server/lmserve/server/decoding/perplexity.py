@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from lmserve.server.decoding.scoring import ScoredTexts
+from lmserve.server.decoding.scored import ScoredTexts
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,10 @@ from lmserve.server.backends.base import (
 from lmserve.server.backends.segments import segment_sums
 from lmserve.server.decoding.detokenize import piece_texts
 from lmserve.server.decoding.perplexity import PerplexityAccumulator, PerplexityStats, perplexity
+from lmserve.server.decoding.scored import CountArray, ScoredTexts, TokenDetails
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.text.codec import TextCodec
 from lmserve.server.text.vocab import Vocabulary
-
-CountArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -43,42 +42,6 @@ class ScoreOptions:
 
     bos: bool = True
     eos: bool = True
-
-
-@dataclass(frozen=True)
-class TokenDetails:
-    """One text's scored tokens as parallel arrays (`</s>` last when eos is on).
-
-    `tokens` are the model's tokens as text: the words for a word model, the characters for a
-    character model, and for a BPE model the text each subword adds (spacing included, so they
-    join into the decoded text; never the raw piece with its `</w>` mark); `</s>` as itself.
-    """
-
-    tokens: list[str]
-    token_ids: IdArray
-    log_probs: FloatArray
-    oov: npt.NDArray[np.bool_]
-    ngram_lengths: IdArray | None
-
-
-@dataclass(frozen=True)
-class ScoredTexts:
-    """Per-text results of one batch, as arrays indexed by text (natural logs)."""
-
-    log_probs: FloatArray
-    token_counts: CountArray
-    # The words behind each text's tokens (+ `</s>` when eos): equal to token_counts for a word
-    # model; what per-word perplexity divides by.
-    word_counts: CountArray
-    oov_counts: CountArray
-    # Sum of the OOV tokens' log-probs per text; None when not asked for.
-    oov_log_probs: FloatArray | None
-    details: list[TokenDetails] | None
-    # Sum of token_counts, known without a numpy call (the metrics take it per request).
-    total_tokens: int
-
-    def __len__(self) -> int:
-        return len(self.log_probs)
 
 
 @dataclass(frozen=True)

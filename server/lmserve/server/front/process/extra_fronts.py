@@ -4,7 +4,7 @@
     await fronts.start()                              # N - 1 processes, each READY when it binds
     fronts.reload(); fronts.stop(); fronts.join(5.0)
 
-    python -m lmserve.server.front.process.extra_fronts   # one of them (config on stdin)
+    python -m lmserve.server.front.process.other_front    # one of them (config on stdin)
 
 One Python front's event loop is one core: on a machine with many cores it caps what the
 workers can serve. The first front starts the workers and N - 1 other fronts; each other
@@ -29,7 +29,6 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lmserve.server.front.workers.directory import WorkerDirectory
 from lmserve.server.front.workers.launch import exit_description, wait_exit
@@ -37,7 +36,8 @@ from lmserve.server.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_MODULE = "lmserve.server.front.process.extra_fronts"
+# The other fronts' main (it imports `app`, which imports this module: never the reverse).
+_MODULE = "lmserve.server.front.process.other_front"
 RESTART_SECONDS = 1.0
 
 
@@ -131,44 +131,3 @@ class ExtraFronts:
                 process.kill()
                 process.wait(1.0)
         self.directory.remove()
-
-
-async def _serve_other(config: ExtraFrontConfig) -> None:
-    from lmserve.server.front.process.app import OtherFront, reload_done, start_server
-
-    settings = config.settings
-    running = await start_server(
-        settings, other_front=OtherFront(config.index, WorkerDirectory(config.directory))
-    )
-    print("serving", flush=True)  # the first front waits for this line
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    reloads: set[asyncio.Task[Any]] = set()
-
-    def on_sighup() -> None:
-        task = loop.create_task(running.reload())
-        reloads.add(task)
-        task.add_done_callback(reload_done(reloads))
-
-    loop.add_signal_handler(signal.SIGHUP, on_sighup)
-    await stop.wait()
-    await running.stop(settings.grace_period_seconds)
-
-
-def main() -> None:
-    """One other front (see the module doc): its config comes pickled on stdin."""
-    from lmserve.server.logging_setup import setup_logging
-
-    config: ExtraFrontConfig = pickle.loads(sys.stdin.buffer.read())
-    setup_logging(config.settings.log_level, config.settings.log_format)
-    with contextlib.suppress(ImportError):
-        import setproctitle
-
-        setproctitle.setproctitle(f"lmserve: front {config.index}")
-    asyncio.run(_serve_other(config))
-
-
-if __name__ == "__main__":
-    main()

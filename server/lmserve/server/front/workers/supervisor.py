@@ -23,7 +23,8 @@ import pickle
 import subprocess
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from lmserve.server.errors import ModelUnavailable
 from lmserve.server.front.workers.calls import EngineCalls
@@ -31,6 +32,7 @@ from lmserve.server.front.workers.connection import WorkerConnection
 from lmserve.server.front.workers.launch import (
     Launched,
     ModelLoadFailed,
+    WorkerSettings,
     WorkerStartError,
     exit_description,
     handshake,
@@ -39,10 +41,8 @@ from lmserve.server.front.workers.launch import (
 )
 from lmserve.server.shared import protocol as p
 from lmserve.server.shared.stats import EngineStats
+from lmserve.server.worker.limits import EngineLimits
 from lmserve.server.worker.process import WorkerSpec
-
-if TYPE_CHECKING:
-    from lmserve.server.front.workers.pool import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +50,28 @@ MIN_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 8.0
 
 
+class WorkerHost(Protocol):
+    """What a `WorkerEngine` asks of whoever keeps it (`pool.WorkerPool`): declared here, so
+    that the pool imports the supervisor and never the reverse."""
+
+    settings: WorkerSettings
+    limits: EngineLimits
+    loop: asyncio.AbstractEventLoop
+
+    def published(self, engine: WorkerEngine, address: str) -> None: ...
+    def load_failed(self, engine: WorkerEngine, reason: str) -> None: ...
+    def forget(self, engine: WorkerEngine) -> None: ...
+    def restarted(self, engine: WorkerEngine) -> None: ...
+    def health(self, name: str, serving: bool) -> None: ...
+    def on_loop_thread(self) -> bool: ...
+    def on_loop(self, callback: Callable[[], None]) -> None: ...
+
+
 class WorkerEngine(EngineCalls):
     """One model's engine in a worker process (see the module doc); front's event loop only,
     except `start` and `join` (blocking, off the loop) and `engine_stats` (any thread)."""
 
-    def __init__(self, spec: WorkerSpec, pool: WorkerPool) -> None:
+    def __init__(self, spec: WorkerSpec, pool: WorkerHost) -> None:
         self.spec = spec
         self.name = spec.name
         self._pool = pool

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Sequence
 
 from lmserve.server.decoding.bias import BiasMatch
-from lmserve.server.decoding.scoring import ScoredTexts, TokenDetails
+from lmserve.server.decoding.scored import ScoredTexts, TokenDetails
 from lmserve.server.worker.replies import packing
 from lmserve.v1 import lm_service_pb2 as pb
 
