@@ -24,7 +24,8 @@ from prometheus_client import CollectorRegistry
 from lmserve.client import GeneratedToken, LmServeClient
 from lmserve.export.rnn.data import encode_sentences
 from lmserve.export.rnn.ffnn import FeedForwardLM
-from lmserve.export.rnn.train import BEST_CHECKPOINT, evaluate, load_checkpoint
+from lmserve.export.trainers.loop import BEST_CHECKPOINT
+from lmserve.export.trainers.recurrent import evaluate, load_checkpoint
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.cli import main
 from lmserve.server.front.process.app import BackgroundServer, start_background_server

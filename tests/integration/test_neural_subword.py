@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from lmserve.export.rnn.folder import load_checkpoint
 from lmserve.export.rnn.model import RecurrentLM
-from lmserve.export.rnn.train import BEST_CHECKPOINT
+from lmserve.export.trainers.loop import BEST_CHECKPOINT
 from lmserve.server.cli import main
 from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import ModelManifest, read_manifest, sha256_of, write_manifest

@@ -10,18 +10,14 @@ import numpy as np
 import pytest
 import torch
 
+from lmserve.export.parity import ParityError
 from lmserve.export.rnn.data import BOS_ID, build_word_vocab, encode_sentences
 from lmserve.export.rnn.ffnn import FeedForwardLM
 from lmserve.export.rnn.folder import Checkpoint, ExportFormat, write_model_folder
 from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
-from lmserve.export.rnn.parity import OnnxRunner, ParityError, check_parity
-from lmserve.export.rnn.train import (
-    BEST_CHECKPOINT,
-    TrainConfig,
-    evaluate,
-    load_checkpoint,
-    train,
-)
+from lmserve.export.rnn.parity import OnnxRunner, check_parity
+from lmserve.export.trainers.loop import BEST_CHECKPOINT, TrainConfig, train
+from lmserve.export.trainers.recurrent import evaluate, load_checkpoint, train_batch
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
 from lmserve.server.backends.recurrent import RecurrentSpec
 from lmserve.server.backends.stepping import make_stepper
@@ -173,7 +169,10 @@ def test_training_reduces_validation_loss(tmp_path: Path, corpus: dict[str, Path
     model = FeedForwardLM(config)
     before = evaluate(model, valid_ids)
     cfg = TrainConfig(epochs=3, batch_size=16, lr=1e-2, seed=0)
-    after = train(model, cfg, train_ids, valid_ids, tmp_path, progress=False, log=lambda _: None)
+    after = train(
+        model, cfg, train_ids, valid_ids, tmp_path, progress=False, log=lambda _: None,
+        step=train_batch, scorer=evaluate,
+    )  # fmt: skip
     assert before.perplexity > 0.8 * len(vocab)
     assert after.perplexity < 0.5 * before.perplexity
     assert isinstance(load_checkpoint(tmp_path / BEST_CHECKPOINT)[0], FeedForwardLM)

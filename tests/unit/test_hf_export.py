@@ -16,7 +16,8 @@ from transformers import GPT2LMHeadModel
 
 from lmserve.export.hf.checkpoint import CheckpointError, cache_shape, read_checkpoint
 from lmserve.export.hf.importer import export_checkpoint, sample_ids
-from lmserve.export.hf.parity import PARITY_NATS, check_parity
+from lmserve.export.hf.parity import check_parity
+from lmserve.export.parity import PARITY_NATS
 from lmserve.server.backends.transformer import past_names, present_names
 from lmserve.server.pretrained_manifest import GRAPH
 

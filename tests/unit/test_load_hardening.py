@@ -13,7 +13,7 @@ import torch
 import yaml
 from neural_folders import VOCAB, tiny_model, write_torchscript_folder
 
-from lmserve.export.rnn.train import load_checkpoint
+from lmserve.export.trainers.recurrent import load_checkpoint
 from lmserve.server.errors import ManifestError
 from lmserve.server.manifest import read_manifest, sha256_of, verify_files
 from lmserve.server.registry.repository import LoadOptions, ModelState, load_entry

@@ -11,22 +11,18 @@ import onnx
 import pytest
 import torch
 
-from lmserve.export.rnn.export_command import measured_metrics
+from lmserve.export.parity import ParityError
 from lmserve.export.rnn.folder import ExportFormat, load_checkpoint, write_model_folder
 from lmserve.export.rnn.model import CellType, RecurrentLM, RecurrentLMConfig
-from lmserve.export.rnn.parity import (
-    OnnxRunner,
-    ParityError,
-    TorchScriptRunner,
-    check_parity,
-)
+from lmserve.export.rnn.parity import OnnxRunner, TorchScriptRunner, check_parity
 from lmserve.export.rnn.to_onnx import ALIGNMENT, EXTERNAL_MIN_BYTES
 from lmserve.export.rnn.to_torchscript import (
     export_torchscript,
     load_torchscript,
     quiet_torchscript,
 )
-from lmserve.export.rnn.train import save_checkpoint
+from lmserve.export.trainers.export_command import measured_metrics
+from lmserve.export.trainers.loop import save_checkpoint
 from lmserve.server.cli import main
 from lmserve.server.manifest import read_manifest, verify_files
 

@@ -12,7 +12,8 @@ import torch
 
 from lmserve.export.rnn.data import build_word_vocab, encode_sentences
 from lmserve.export.rnn.model import RecurrentLM, RecurrentLMConfig
-from lmserve.export.rnn.train import BEST_CHECKPOINT, TrainConfig, evaluate, train
+from lmserve.export.trainers.loop import BEST_CHECKPOINT, TrainConfig, train
+from lmserve.export.trainers.recurrent import evaluate, train_batch
 from lmserve.server.cli import main
 from lmserve.server.manifest import read_manifest, verify_files
 
@@ -37,7 +38,10 @@ def test_training_reduces_validation_loss(tmp_path: Path, corpus: dict[str, Path
     model = RecurrentLM(config)
     before = evaluate(model, valid_ids)
     cfg = TrainConfig(epochs=3, batch_size=16, lr=1e-2, seed=0)
-    after = train(model, cfg, train_ids, valid_ids, tmp_path, progress=False, log=lambda _: None)
+    after = train(
+        model, cfg, train_ids, valid_ids, tmp_path, progress=False, log=lambda _: None,
+        step=train_batch, scorer=evaluate,
+    )  # fmt: skip
     # Untrained, the model is about uniform over the vocabulary; trained, far below it.
     assert before.perplexity > 0.8 * len(vocab)
     assert after.perplexity < 0.5 * before.perplexity

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from lmserve.export.rnn.data import BOS_ID, EOS_ID, build_word_vocab, encode_sentences
-from lmserve.export.rnn.train import BEST_CHECKPOINT, LAST_CHECKPOINT, TrainConfig, train
-from lmserve.export.rnn.transformer import (
+from lmserve.export.trainers.loop import BEST_CHECKPOINT, LAST_CHECKPOINT, TrainConfig, train
+from lmserve.export.trainers.transformer import (
     HF_FOLDER,
     TransformerLM,
     TransformerLMConfig,

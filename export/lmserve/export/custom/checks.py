@@ -8,7 +8,8 @@ it says it does, and reading a text in two chunks with the state carried equals 
 
 `check_parity` then compares the written folder (`ServedModel`: its step and score graphs) with
 the team's model over several batch sizes and lengths, two consecutive calls each (the second
-from the state the folder returned), to `ATOL` nats. The reference's arithmetic (layout moves,
+from the state the folder returned), to `PARITY_NATS`, through the one comparison loop of
+`lmserve.export.parity`. The reference's arithmetic (layout moves,
 log_softmax, gathers) is numpy's in float64, written apart from the graphs' own.
 """
 
@@ -23,13 +24,20 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.export.custom.contract import ContractError, ModelContract
+from lmserve.export.parity import (
+    PARITY_NATS,
+    Cases,
+    ParityMismatch,
+    ShapeMismatch,
+    compare_step_and_score,
+    log_softmax,
+)
 
 Array = npt.NDArray[Any]
 # The team's model on its own terms: tokens [B, T] (batch-major: the caller's transposition is
 # the model's `time_major`), states in its layout -> (scores as returned, states as returned).
 TeamModel = Callable[[Array, list[Array]], tuple[Array, list[Array]]]
 
-ATOL = 1e-4
 # A declared log-prob row must sum to 1 within this (log-sum-exp within ±NORMALISED_TOL).
 NORMALISED_TOL = 1e-3
 BATCH_SIZES = (1, 3)
@@ -47,15 +55,8 @@ class ParityFigures:
             "max_abs_diff_nats": self.max_abs_diff,
             "positions": float(self.positions),
             "chunk_carry_max_abs_diff_nats": self.chunk_carry_max_abs_diff,
-            "atol_nats": ATOL,
+            "atol_nats": PARITY_NATS,
         }
-
-
-def log_softmax(x: Array) -> Array:
-    """Natural-log probabilities of scores along the last axis, in float64."""
-    x = x.astype(np.float64)
-    top = x.max(axis=-1, keepdims=True)
-    return x - top - np.log(np.exp(x - top).sum(axis=-1, keepdims=True))
 
 
 def _log_sum_exp(x: Array) -> Array:
@@ -198,11 +199,11 @@ def check_contract(reference: Reference, rng: np.random.Generator) -> float:
     head, state = reference.run(tokens[:, :5], served, "the first 5 tokens")
     tail, _ = reference.run(tokens[:, 5:], state, "the next 7 tokens, state carried")
     diff = float(np.max(np.abs(np.concatenate([head, tail], axis=1) - whole)))
-    if not diff <= ATOL:
+    if not diff <= PARITY_NATS:
         raise ContractError(
             "state carry",
             f"reading 12 tokens as 5 + 7 with the returned state carried differs from one pass "
-            f"by {diff:.3g} nats (> {ATOL:g}): the states returned are not the states after "
+            f"by {diff:.3g} nats (> {PARITY_NATS:g}): the states returned are not the states after "
             "the tokens (check their order and the batch axis)",
         )
     return diff
@@ -274,43 +275,27 @@ def random_served_state(reference: Reference, batch: int, rng: np.random.Generat
 def check_parity(
     reference: Reference, served: ServedModel, rng: np.random.Generator, chunk_carry: float
 ) -> ParityFigures:
-    """Raises ContractError("parity") naming the first case over ATOL; returns the figures."""
-    worst, positions = 0.0, 0
-    for batch in BATCH_SIZES:
-        for length in LENGTHS:
-            ref_state = random_served_state(reference, batch, rng)
-            step_state, score_state = ref_state, ref_state
-            for call in (1, 2):
-                tokens = rng.integers(0, reference.vocab_size, (batch, length), dtype=np.int64)
-                targets = rng.integers(0, reference.vocab_size, (batch, length), dtype=np.int64)
-                ref_lp, ref_next = reference.run(tokens, ref_state, f"batch {batch}")
-                got_lp, step_state = served.step(tokens, step_state)
-                got_tlp, score_state = served.score(tokens, targets, score_state)
-                ref_tlp = np.take_along_axis(ref_lp, targets[..., None], axis=-1)[..., 0]
-                diffs = {"log_probs": _diff(got_lp, ref_lp), "scores": _diff(got_tlp, ref_tlp)}
-                for spec, ref_s, a, b in zip(
-                    reference.contract.states, ref_next, step_state, score_state, strict=True
-                ):
-                    diffs[f"state {spec.name}"] = max(_diff(a, ref_s), _diff(b, ref_s))
-                name, diff = max(diffs.items(), key=lambda kv: kv[1])
-                worst = max(worst, diff)
-                positions += batch * length
-                if not diff <= ATOL:
-                    raise ContractError(
-                        "parity",
-                        f"the written folder's {name} differ from the model's own by "
-                        f"{diff:.3g} > {ATOL:g} (batch {batch}, length {length}, call {call} "
-                        "of 2)",
-                    )
-                ref_state = ref_next
-    return ParityFigures(worst, positions, chunk_carry)
-
-
-def _diff(got: Array, ref: Array) -> float:
-    if got.shape != ref.shape:
-        raise ContractError(
-            "parity", f"the folder gives shape {list(got.shape)}, the model {list(ref.shape)}"
+    """Raises ContractError("parity") naming the first case over PARITY_NATS; returns the
+    figures (the loop is `lmserve.export.parity.compare_step_and_score`)."""
+    contract = reference.contract
+    cases = Cases(BATCH_SIZES, LENGTHS, reference.vocab_size, contract.state_names)
+    try:
+        report = compare_step_and_score(
+            lambda tokens, states: reference.run(tokens, list(states), f"batch {len(tokens)}"),
+            served,
+            cases,
+            lambda batch: random_served_state(reference, batch, rng),
+            rng,
         )
-    if not got.size:
-        return 0.0
-    return float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64))))
+    except ShapeMismatch as exc:
+        raise ContractError(
+            "parity", f"the folder gives shape {list(exc.got)}, the model {list(exc.want)}"
+        ) from None
+    except ParityMismatch as exc:
+        what = {"log_probs": "log_probs", "token_log_probs": "scores"}.get(exc.quantity)
+        raise ContractError(
+            "parity",
+            f"the written folder's {what or f'state {exc.state}'} differ from the model's own "
+            f"by {exc.diff:.3g} > {exc.atol:g} ({exc.case})",
+        ) from None
+    return ParityFigures(report.max_abs_diff, report.positions, chunk_carry)

@@ -5,16 +5,15 @@
     import_torchscript("lm.pt", "models/my-lm", vocab="vocab.txt", contract=contract)
 
 Each checks the model's contract (`checks.check_contract`), writes the served graphs, checks them
-against the model's own log-probabilities (`checks.check_parity`, 1e-4 nats), and only then
-renames the staged folder into place; the manifest records where the model came from and the
+against the model's own log-probabilities (`checks.check_parity`, within
+`lmserve.export.parity.PARITY_NATS`), and only then renames the staged folder into place
+(`lmserve.export.served_folder`); the manifest records where the model came from and the
 parity figures (GetModel's `provenance.source` and `provenance.parity`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,17 +32,14 @@ from lmserve.export.custom.checks import (
 )
 from lmserve.export.custom.contract import ContractError, ModelContract
 from lmserve.export.custom.vocabulary import BroughtVocabulary, TokenizerName, read_vocabulary
-from lmserve.export.rnn.folder import check_writable
+from lmserve.export.served_folder import Files, check_writable, write_served_folder
 from lmserve.server.manifest import (
     FileEntry,
     ModelFormat,
     ModelKind,
     ModelManifest,
     Provenance,
-    read_manifest,
     sha256_of,
-    verify_files,
-    write_manifest,
 )
 
 Cell = Literal["rnn", "lstm", "gru", "ffnn"]
@@ -82,28 +78,30 @@ def write_brought_folder(
     fmt: Format,
     write_graphs: Callable[[Path], dict[str, str]],
 ) -> BroughtModel:
-    """Checks the contract, writes the graphs with `write_graphs(staging)`, checks parity, writes
-    the manifest, then renames the folder into place."""
+    """Checks the contract, then writes the folder (`write_served_folder`): the vocabulary and
+    the graphs (`write_graphs(staging)`), parity with the team's model, the manifest."""
     vocab = vocabulary.vocab
     reference = Reference(team, contract, len(vocab), vocab.bos_id)
     rng = np.random.default_rng(CHECK_SEED)
     chunk_carry = check_contract(reference, rng)
     model_dir = request.model_dir
     check_writable(model_dir, overwrite=request.overwrite)
-    model_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = model_dir.parent / f".{model_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    try:
+
+    def write(staging: Path) -> Files:
         files = vocabulary.write(staging)
         files.update(write_graphs(staging))
-        parity = check_parity(reference, ServedModel(staging, contract, fmt), rng, chunk_carry)
-        manifest = ModelManifest(
+        return files
+
+    def check(staging: Path) -> ParityFigures:
+        return check_parity(reference, ServedModel(staging, contract, fmt), rng, chunk_carry)
+
+    def manifest(staging: Path, files: Files, parity: ParityFigures) -> ModelManifest:
+        return ModelManifest(
             name=request.name or model_dir.name,
             kind=ModelKind(request.kind),
             format=ModelFormat(fmt),
             description=request.description,
-            files={k: FileEntry(path=p, sha256=sha256_of(staging / p)) for k, p in files.items()},
+            files={key: FileEntry(path=path) for key, path in files.items()},
             tokenizer=vocabulary.tokenizer,
             special_tokens=vocabulary.specials,
             architecture=architecture(contract, request.kind, len(vocab), fmt),
@@ -114,15 +112,11 @@ def write_brought_folder(
                 parity=parity.as_provenance(),
             ),
         )
-        write_manifest(staging, manifest)
-        verify_files(staging, read_manifest(staging))
-        if model_dir.exists():
-            shutil.rmtree(model_dir)
-        staging.rename(model_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return BroughtModel(model_dir, manifest, parity)
+
+    written = write_served_folder(
+        model_dir, write=write, check=check, manifest=manifest, overwrite=request.overwrite
+    )
+    return BroughtModel(written.folder, written.manifest, written.parity)
 
 
 def architecture(contract: ModelContract, cell: str, vocab_size: int, fmt: str) -> dict[str, Any]:
@@ -223,7 +217,7 @@ def export_module(
     (names, shapes with "batch" where the batch goes, dtypes). `vocab` is its token list (id =
     position), a `vocab.txt`, or a `tokenizer.json`; `options` are `FolderOptions`. Raises
     `ContractError` naming the part of the contract the module breaks, or the parity figure
-    that failed (1e-4 nats).
+    that failed (`PARITY_NATS`).
     """
     import torch
 

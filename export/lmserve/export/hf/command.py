@@ -5,8 +5,9 @@
 Reads config.json, the weights (model.safetensors or pytorch_model.bin) and tokenizer.json;
 nothing is downloaded. Writes model.onnx (past key values, optimum's layout), config.json,
 tokenizer.json and model.yaml, after checking the graph against transformers' own forward
-(within 1e-4 nats a token). A folder `optimum-cli export onnx` wrote is served as it is: put
-it in the model repository, no import needed.
+(within `lmserve.export.parity.PARITY_NATS`, 1e-4 nats a token). A folder
+`optimum-cli export onnx` wrote is served as it is: put it in the model repository, no import
+needed.
 """
 
 from __future__ import annotations
@@ -30,23 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lmserve.export.hf.checkpoint import CheckpointError
-    from lmserve.export.hf.importer import ParityError, export_checkpoint
-    from lmserve.server.manifest import find_manifest
+    from lmserve.export.hf.importer import export_checkpoint
+    from lmserve.export.parity import ParityError
+    from lmserve.export.served_folder import check_writable
 
     out: Path = args.model_dir
-    if out.exists() and any(out.iterdir()):
-        if not args.overwrite:
-            problem = "exists and is not empty (pass --overwrite to replace it)"
-        elif find_manifest(out) is None:
-            problem = "is not a model folder (no manifest): --overwrite replaces model folders only"
-        else:
-            problem = ""
-        if problem:
-            print(f"import-hf: {out} {problem}", file=sys.stderr)
-            return 1
     try:
-        parity = export_checkpoint(args.checkpoint_dir, out, name=args.name)
-    except (CheckpointError, ParityError) as exc:
+        check_writable(out, overwrite=args.overwrite)  # before the checkpoint is read
+        parity = export_checkpoint(
+            args.checkpoint_dir, out, name=args.name, overwrite=args.overwrite
+        )
+    except (CheckpointError, ParityError, FileExistsError) as exc:
         print(f"import-hf: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({"model_dir": str(out), "parity": parity.__dict__}))

@@ -2,7 +2,8 @@
 
     parity = export_checkpoint(Path("my-gpt2"), Path("models/my-gpt2"))
 
-Refused (ParityError) when the graph is more than PARITY_NATS a token from transformers.
+Refused (`lmserve.export.parity.ParityError`) when the graph is more than PARITY_NATS a token
+from transformers.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import datetime
 from pathlib import Path
 
 from lmserve.export.hf.checkpoint import Checkpoint, read_checkpoint
-from lmserve.export.hf.folder import ParityError, write_transformer_folder
+from lmserve.export.hf.folder import write_transformer_folder
 from lmserve.export.hf.parity import Parity
 from lmserve.server.manifest import Provenance
 
-__all__ = ["ParityError", "export_checkpoint", "sample_ids"]
+__all__ = ["export_checkpoint", "sample_ids"]
 
 SAMPLE_TEXTS = (
     "In the beginning God created the heaven and the earth.",
@@ -35,8 +36,11 @@ def sample_ids(checkpoint: Checkpoint, texts: tuple[str, ...] = SAMPLE_TEXTS) ->
     return [ids for ids in encoded if ids]
 
 
-def export_checkpoint(folder: Path, out: Path, *, name: str | None = None) -> Parity:
-    """Import the checkpoint in `folder` as the model folder `out`; the parity it passed."""
+def export_checkpoint(
+    folder: Path, out: Path, *, name: str | None = None, overwrite: bool = False
+) -> Parity:
+    """Import the checkpoint in `folder` as the model folder `out` (`overwrite` replaces a
+    model folder there); the parity it passed."""
     from transformers import AutoModelForCausalLM
 
     checkpoint = read_checkpoint(folder)
@@ -54,4 +58,5 @@ def export_checkpoint(folder: Path, out: Path, *, name: str | None = None) -> Pa
         provenance=provenance,
         description=f"{checkpoint.architecture} imported from a Hugging Face checkpoint",
         tokenizer_json=checkpoint.tokenizer_file,
+        overwrite=overwrite,
     )

@@ -1,7 +1,8 @@
 """The exported graph against transformers' own forward: log-probabilities of sample texts read
 in one pass, in two chunks through the cache (the second a chunk, then a single step), and
 left-padded in a batch beside a longer text (in one pass, and with its last position a cached
-step: how a generation step batches streams of different lengths).
+step: how a generation step batches streams of different lengths). Refused past the one
+tolerance of every export, `lmserve.export.parity.PARITY_NATS`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import numpy.typing as npt
 import onnxruntime as ort  # type: ignore[import-untyped,unused-ignore]
 import torch
 
-from lmserve.export.custom.checks import log_softmax
+from lmserve.export.parity import PARITY_NATS, ParityError, log_softmax
 from lmserve.server.backends.transformer import CacheShape, past_names
-
-PARITY_NATS = 1e-4
 
 Floats = npt.NDArray[np.float32]
 
@@ -34,6 +33,23 @@ class Parity:
     @property
     def worst(self) -> float:
         return max(self.one_pass, self.two_chunks, self.left_padded)
+
+    def as_provenance(self) -> dict[str, float]:
+        """The manifest's parity figures (GetModel's `provenance.parity`)."""
+        return {
+            "one_pass_max_abs_diff_nats": self.one_pass,
+            "two_chunks_max_abs_diff_nats": self.two_chunks,
+            "left_padded_max_abs_diff_nats": self.left_padded,
+        }
+
+    def require(self) -> Parity:
+        """These figures, or ParityError when the worst is past PARITY_NATS."""
+        if not self.worst <= PARITY_NATS:
+            raise ParityError(
+                f"the exported graph is {self.worst:.2e} nats a token from transformers' "
+                f"forward (allowed {PARITY_NATS:g}): {self}"
+            )
+        return self
 
 
 def _run(

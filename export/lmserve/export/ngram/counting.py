@@ -16,21 +16,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
 from lmserve.export.ngram.corpus_stream import TokenStore
+from lmserve.export.ngram.counting_runs import count_in_runs
 from lmserve.export.ngram.progress import Progress
 from lmserve.export.ngram.tables import (
-    IndexArray,
     NgramCounts,
     OrderTable,
     check_key_range,
     index_dtype,
+    ngram_ends,
+    no_ngrams_error,
     sorted_unique,
     split_keys,
     unigram_table,
 )
-from lmserve.export.ngram.vocab import EncodedCorpus, positions
+from lmserve.export.ngram.vocab import EncodedCorpus
 
 __all__ = ["IN_MEMORY_BYTES_PER_TOKEN", "NgramCounts", "OrderTable", "count_ngrams", "count_store"]
 
@@ -72,21 +73,8 @@ def count_store(
     fits = memory is None or store.tokens * IN_MEMORY_BYTES_PER_TOKEN <= memory
     if store.in_memory and fits:
         return _count_in_memory(store, order, vocab_size)
-    from lmserve.export.ngram.counting_runs import count_in_runs
-
     budget = memory if memory is not None else store.tokens * IN_MEMORY_BYTES_PER_TOKEN
     return count_in_runs(store, order, vocab_size, budget, temp_dir, progress)
-
-
-def no_ngrams_error(k: int) -> ValueError:
-    return ValueError(f"no sentence is long enough for {k}-grams; use a lower --order")
-
-
-def ngram_ends(lengths: npt.NDArray[np.int32], k: int) -> IndexArray:
-    """Where n-grams of order k end: positions with at least k-1 tokens before them in their
-    sentence (positions are made here and dropped, not kept for the whole counting)."""
-    pos = positions(lengths)
-    return np.flatnonzero(pos >= k - 1).astype(index_dtype(len(pos)))
 
 
 def _count_in_memory(store: TokenStore, order: int, vocab_size: int) -> NgramCounts:

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from lmserve.export.ngram.corpus_stream import TokenStore
-from lmserve.export.ngram.counting import ngram_ends, no_ngrams_error
 from lmserve.export.ngram.memory import format_bytes
 from lmserve.export.ngram.progress import Progress
 from lmserve.export.ngram.spill import RawFile, SortedRun, merge_block_size, merge_runs, write_run
@@ -38,6 +37,8 @@ from lmserve.export.ngram.tables import (
     OrderTable,
     check_key_range,
     index_dtype,
+    ngram_ends,
+    no_ngrams_error,
     sorted_unique,
     split_keys,
     unigram_table,

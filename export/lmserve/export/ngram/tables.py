@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.export.ngram.vocab import BOS_ID, EncodedCorpus
+from lmserve.export.ngram.vocab import BOS_ID, EncodedCorpus, positions
 
 Int64Array = npt.NDArray[np.int64]
 IndexArray = npt.NDArray[Any]  # int32 where the values fit, int64 otherwise
@@ -209,3 +209,15 @@ def locate(counts: NgramCounts, corpus: EncodedCorpus) -> list[Int64Array]:
         node = prev
         nodes.append(node)
     return nodes
+
+
+def no_ngrams_error(k: int) -> ValueError:
+    """The refusal both ways of counting give when no sentence holds a k-gram."""
+    return ValueError(f"no sentence is long enough for {k}-grams; use a lower --order")
+
+
+def ngram_ends(lengths: npt.NDArray[np.int32], k: int) -> IndexArray:
+    """Where n-grams of order k end: positions with at least k-1 tokens before them in their
+    sentence (positions are made here and dropped, not kept for the whole counting)."""
+    pos = positions(lengths)
+    return np.flatnonzero(pos >= k - 1).astype(index_dtype(len(pos)))

@@ -1,1 +1,2 @@
-"""Recurrent (RNN/LSTM/GRU) language models: the network, its training, and its export."""
+"""Recurrent (RNN/LSTM/GRU) and feed-forward language models: the networks, their batches,
+and their export to served folders (their trainer is `lmserve.export.trainers`)."""

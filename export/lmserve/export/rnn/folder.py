@@ -7,25 +7,25 @@
       tokenizer.json  BPE models only (Hugging Face `tokenizers`)
       step.onnx score.onnx weights.bin   (--format onnx)   or   model.ts   (--format torchscript)
 
-The folder is assembled beside MODEL_DIR and renamed into place only after the exported model
-has passed the parity check, so a failed export never leaves a half-written model behind.
+The folder is written by `write_served_folder`: staged beside MODEL_DIR and renamed into place
+only after the exported model has passed the parity check, so a failed export never leaves a
+half-written model behind.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-import os
-import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from lmserve.export.parity import ParityReport
 from lmserve.export.rnn.model import RecurrentLMConfig
 from lmserve.export.rnn.nets import NeuralLM, build_model
-from lmserve.export.rnn.parity import OnnxRunner, ParityReport, TorchScriptRunner, check_parity
+from lmserve.export.rnn.parity import OnnxRunner, TorchScriptRunner, check_parity
+from lmserve.export.served_folder import Files, ServedFolder, write_served_folder
 from lmserve.server.manifest import (
     FileEntry,
     ModelFormat,
@@ -34,10 +34,6 @@ from lmserve.server.manifest import (
     Provenance,
     TokenizerKind,
     TokenizerSpec,
-    read_manifest,
-    sha256_of,
-    verify_files,
-    write_manifest,
 )
 from lmserve.server.text.char import write_vocab_file
 
@@ -127,16 +123,6 @@ def architecture(config: RecurrentLMConfig, fmt: ExportFormat, opset: int) -> di
     return arch
 
 
-@dataclass(frozen=True)
-class ExportResult:
-    folder: Path
-    manifest: ModelManifest
-    parity: ParityReport
-    export_seconds: float
-    parity_seconds: float
-    bytes: dict[str, int]
-
-
 def write_model_folder(
     checkpoint: Checkpoint,
     model_dir: Path,
@@ -148,42 +134,43 @@ def write_model_folder(
     opset: int | None = None,
     overwrite: bool = False,
     log: Callable[[str], None] = lambda _: None,
-) -> ExportResult:
-    """Exports, checks parity, writes the manifest, verifies it, then moves the folder in place."""
+) -> ServedFolder[ParityReport]:
+    """Exports, checks parity with PyTorch eager, writes the manifest, verifies it, then moves
+    the folder in place (`write_served_folder`)."""
     from lmserve.export.rnn.to_onnx import OPSET, export_onnx
     from lmserve.export.rnn.to_torchscript import export_torchscript
 
     opset = opset or OPSET
     model, data, spec = checkpoint.model, checkpoint.data, checkpoint.tokenizer
-    check_writable(model_dir, overwrite=overwrite)
-    staging = model_dir.parent / f".{model_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        began = time.monotonic()
-        kind = TokenizerKind(spec.kind)
+    kind = TokenizerKind(spec.kind)
+    if kind == TokenizerKind.BPE:
+        spec = spec.model_copy(update={"file": "tokenizer"})
+
+    def write(staging: Path) -> Files:
         # Word models list words as they are; character/BPE tokens are escaped (text/char.py).
         write_vocab_file(staging / VOCAB_FILE, data["vocab"], escape=kind != TokenizerKind.WORD)
         files = {"vocab": VOCAB_FILE}
         if kind == TokenizerKind.BPE:
             (staging / TOKENIZER_FILE).write_text(data["tokenizer_json"], encoding="utf-8")
             files["tokenizer"] = TOKENIZER_FILE
-            spec = spec.model_copy(update={"file": "tokenizer"})
         if fmt == "onnx":
             files.update(export_onnx(model, staging, opset=opset))
         else:
             files.update(export_torchscript(model, staging))
-        exported = time.monotonic()
-        log(f"exported {fmt} in {exported - began:.1f}s; checking parity with PyTorch eager")
+        return files
+
+    def check(staging: Path) -> ParityReport:
+        log(f"exported {fmt}; checking parity with PyTorch eager")
         runner = OnnxRunner if fmt == "onnx" else TorchScriptRunner
-        parity = check_parity(model, runner(staging, model.config.cell))
-        checked = time.monotonic()
-        manifest = ModelManifest(
+        return check_parity(model, runner(staging, model.config.cell))
+
+    def manifest(staging: Path, files: Files, parity: ParityReport) -> ModelManifest:
+        return ModelManifest(
             name=name or model_dir.name,
             kind=ModelKind(model.config.cell),
             format=ModelFormat(fmt),
             description=description,
-            files={k: FileEntry(path=p, sha256=sha256_of(staging / p)) for k, p in files.items()},
+            files={key: FileEntry(path=path) for key, path in files.items()},
             tokenizer=spec,
             architecture=architecture(model.config, fmt, opset),
             provenance=Provenance(
@@ -193,28 +180,7 @@ def write_model_folder(
                 metrics={k: v for k, v in (metrics or {}).items() if math.isfinite(v)},
             ),
         )
-        write_manifest(staging, manifest)
-        verify_files(staging, read_manifest(staging))
-        sizes = {p: (staging / p).stat().st_size for p in files.values()}
-        if model_dir.exists():
-            shutil.rmtree(model_dir)
-        staging.rename(model_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return ExportResult(model_dir, manifest, parity, exported - began, checked - exported, sizes)
 
-
-def check_writable(model_dir: Path, *, overwrite: bool = False) -> None:
-    """Raises FileExistsError unless MODEL_DIR is absent, an empty folder, or (with `overwrite`)
-    a model folder: never replaces some other directory."""
-    if not model_dir.exists():
-        return
-    if model_dir.is_dir() and not any(model_dir.iterdir()):
-        return
-    if overwrite and (model_dir / "model.yaml").is_file():
-        return
-    raise FileExistsError(
-        f"{model_dir} exists and is not an empty folder"
-        + (" or a model folder" if overwrite else " (--overwrite replaces a model folder)")
+    return write_served_folder(
+        model_dir, write=write, check=check, manifest=manifest, overwrite=overwrite
     )

@@ -1,15 +1,13 @@
 """Parity of an exported model folder with the PyTorch model it came from.
 
 Both exported entry points (`step`: full log-probs; `score`: the target's log-prob per position)
-are compared with `RecurrentLM.forward` in eval mode, for several batch sizes and lengths, over
-two consecutive calls: the second continues from the state the *exported* model returned, so a
-wrong state output shows up as a wrong second call. All values are natural logs.
+are run here (ONNX Runtime or TorchScript) and compared with `RecurrentLM.forward` in eval mode
+by the one comparison loop (`lmserve.export.parity`). All values are natural logs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,20 +15,24 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from lmserve.export.parity import (
+    PARITY_NATS,
+    Cases,
+    ParityError,
+    ParityMismatch,
+    ParityReport,
+    ShapeMismatch,
+    compare_step_and_score,
+)
 from lmserve.export.rnn.model import RecurrentLMConfig
 from lmserve.export.rnn.nets import NeuralLM
 
 Array = npt.NDArray[np.float32]
 # float32 [layers, batch, hidden] (recurrent) or int64 [1, batch, order - 1] (a window).
-States = tuple[npt.NDArray[Any], ...]
+States = Sequence[npt.NDArray[Any]]
 
 BATCH_SIZES = (1, 3, 8)
 LENGTHS = (1, 7, 40)
-ATOL = 1e-4
-
-
-class ParityError(RuntimeError):
-    """The exported model disagrees with PyTorch eager."""
 
 
 class Runner(Protocol):
@@ -101,14 +103,6 @@ class TorchScriptRunner:
         return lp.numpy(), self._states(h, c)
 
 
-@dataclass(frozen=True)
-class ParityReport:
-    """Largest absolute difference seen (log-probs and states) over `cases` compared calls."""
-
-    max_abs_diff: float
-    cases: int
-
-
 @torch.no_grad()
 def _eager(model: NeuralLM, tokens: npt.NDArray[np.int64], state: States) -> tuple[Array, States]:
     logits, new = model(torch.from_numpy(tokens), tuple(torch.from_numpy(s) for s in state))
@@ -121,7 +115,7 @@ def check_parity(
     *,
     batch_sizes: Sequence[int] = BATCH_SIZES,
     lengths: Sequence[int] = LENGTHS,
-    atol: float = ATOL,
+    atol: float = PARITY_NATS,
     seed: int = 0,
 ) -> ParityReport:
     """Raises ParityError naming the first case whose log-probs or states differ by > atol."""
@@ -129,46 +123,24 @@ def check_parity(
     model.eval()
     cfg = model.config
     rng = np.random.default_rng(seed)
-    worst, cases = 0.0, 0
+    cases = Cases(batch_sizes, lengths, cfg.vocab_size, cfg.state_names)
     try:
-        for batch in batch_sizes:
-            for length in lengths:
-                start = random_state(cfg, batch, rng)
-                ref_state, got_state = start, start
-                got_score_state = start
-                for call in (1, 2):
-                    tokens = rng.integers(0, cfg.vocab_size, (batch, length), dtype=np.int64)
-                    targets = rng.integers(0, cfg.vocab_size, (batch, length), dtype=np.int64)
-                    ref_lp, ref_next = _eager(model, tokens, ref_state)
-                    got_lp, got_state = runner.step(tokens, got_state)
-                    got_tlp, got_score_state = runner.score(tokens, targets, got_score_state)
-                    ref_tlp = np.take_along_axis(ref_lp, targets[..., None], axis=-1)[..., 0]
-                    diffs = {
-                        "log_probs": _diff(got_lp, ref_lp),
-                        "token_log_probs": _diff(got_tlp, ref_tlp),
-                        **{
-                            f"step {n}": _diff(g, r)
-                            for n, g, r in zip(cfg.state_names, got_state, ref_next, strict=True)
-                        },
-                        **{
-                            f"score {n}": _diff(g, r)
-                            for n, g, r in zip(
-                                cfg.state_names, got_score_state, ref_next, strict=True
-                            )
-                        },
-                    }
-                    cases += 1
-                    name, diff = max(diffs.items(), key=lambda kv: kv[1])
-                    worst = max(worst, diff)
-                    if not diff <= atol:  # also catches NaN
-                        raise ParityError(
-                            f"{name} differ from PyTorch eager by {diff:.3g} > {atol:g} "
-                            f"(batch {batch}, length {length}, call {call} of 2)"
-                        )
-                    ref_state = ref_next
+        return compare_step_and_score(
+            lambda tokens, state: _eager(model, tokens, tuple(state)),
+            runner,
+            cases,
+            lambda batch: random_state(cfg, batch, rng),
+            rng,
+            atol=atol,
+        )
+    except ShapeMismatch as exc:
+        raise ParityError(f"shape {exc.got} where PyTorch gives {exc.want}") from None
+    except ParityMismatch as exc:
+        raise ParityError(
+            f"{exc.label} differ from PyTorch eager by {exc.diff:.3g} > {exc.atol:g} ({exc.case})"
+        ) from None
     finally:
         model.train(was_training)
-    return ParityReport(max_abs_diff=worst, cases=cases)
 
 
 def random_state(cfg: RecurrentLMConfig, batch: int, rng: np.random.Generator) -> States:
@@ -178,9 +150,3 @@ def random_state(cfg: RecurrentLMConfig, batch: int, rng: np.random.Generator) -
         return (rng.integers(0, cfg.vocab_size, (1, batch, cfg.state_size), dtype=np.int64),)
     shape = (cfg.num_layers, batch, cfg.hidden_size)
     return tuple((0.5 * rng.standard_normal(shape)).astype(np.float32) for _ in cfg.state_names)
-
-
-def _diff(got: np.ndarray, ref: np.ndarray) -> float:
-    if got.shape != ref.shape:
-        raise ParityError(f"shape {got.shape} where PyTorch gives {ref.shape}")
-    return float(np.max(np.abs(got.astype(np.float64) - ref))) if got.size else 0.0

@@ -5,8 +5,9 @@ clipping, the learning rate halved when validation perplexity stops improving, t
 validation model checkpointed, training stopped after `patience` epochs without improvement or
 at a time limit. A seed fixes initialisation, dropout and batch order.
 
-The loop is shared by every cell: `train` takes the batch step and the scorer, so the
-transformer (transformer.py) brings its own and keeps the checkpoints, decay and resume. A
+The loop is shared by every cell: `train` takes the batch step and the scorer, which each
+trainer brings (`recurrent.py` for RNN/LSTM/GRU/FFNN, `transformer.py`), and keeps the
+checkpoints, decay and resume. A
 transformer also wants a warm-up and a decaying schedule (`warmup_steps`, `lr_schedule`); both
 default to off, which leaves the recurrent models' training exactly as it was.
 """
@@ -15,22 +16,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from lmserve.export.rnn.data import IGNORE_INDEX, Batch, length_bucketed_batches
-from lmserve.export.rnn.model import RecurrentLMConfig, State
-from lmserve.export.rnn.nets import NeuralLM, build_model
-
-if TYPE_CHECKING:
-    from lmserve.export.rnn.transformer import TransformerLM
+from lmserve.export.rnn.data import Batch, length_bucketed_batches
 
 BEST_CHECKPOINT = "checkpoint-best.pt"
 LAST_CHECKPOINT = "checkpoint-last.pt"
@@ -77,57 +73,12 @@ class Evaluation:
         return math.exp(-self.log_prob / self.tokens) if self.tokens else float("nan")
 
 
-def detach(state: State) -> State:
-    return tuple(s.detach() for s in state)
-
-
-@torch.no_grad()
-def evaluate(model: NeuralLM, sentences: Sequence[np.ndarray], batch_size: int = 64) -> Evaluation:
-    """Sum of log p(target) over every sentence, each scored from the initial state."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    for batch in length_bucketed_batches(sentences, batch_size, rng=None):
-        logits, _ = model(batch.inputs, model.initial_state(batch.inputs.shape[0]))
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        mask = batch.targets != IGNORE_INDEX
-        picked = log_probs.gather(-1, batch.targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        total += float(picked[mask].double().sum())
-        count += int(mask.sum())
-    model.train(was_training)
-    return Evaluation(total, count)
-
-
-def train_batch(
-    model: NeuralLM, batch: Batch, optimizer: torch.optim.Optimizer, cfg: TrainConfig
-) -> float:
-    """One batch in BPTT windows of `cfg.bptt` steps; the state is carried, its gradient cut."""
-    loss_fn = nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum")
-    state = model.initial_state(batch.inputs.shape[0])
-    total = 0.0
-    width = batch.inputs.shape[1]
-    for start in range(0, width, cfg.bptt):
-        inputs = batch.inputs[:, start : start + cfg.bptt]
-        targets = batch.targets[:, start : start + cfg.bptt]
-        n_tokens = int((targets != IGNORE_INDEX).sum())
-        if n_tokens == 0:
-            break
-        logits, state = model(inputs, detach(state))
-        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        (loss / n_tokens).backward()
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        optimizer.step()
-        total += float(loss.detach())
-    return total
-
-
-def _make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def _make_optimizer(parameters: Iterator[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
 class LrFactor:
@@ -164,7 +115,21 @@ BatchStep = Callable[[Any, Batch, torch.optim.Optimizer, TrainConfig], float]
 Scorer = Callable[[Any, Sequence[np.ndarray], int], Evaluation]
 
 
-def save_checkpoint(path: Path, model: NeuralLM | TransformerLM, payload: dict[str, Any]) -> None:
+class Trainable(Protocol):
+    """What the loop trains and checkpoints: a torch module with its pydantic `config` (any
+    trainer's model; the loop needs no import of theirs)."""
+
+    @property
+    def config(self) -> BaseModel: ...
+
+    def parameters(self) -> Iterator[nn.Parameter]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state_dict: Any) -> Any: ...
+    def train(self, mode: bool = True) -> Any: ...
+    def eval(self) -> Any: ...
+
+
+def save_checkpoint(path: Path, model: Trainable, payload: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(
         {"model_config": model.config.model_dump(), "state_dict": model.state_dict(), **payload},
@@ -173,17 +138,8 @@ def save_checkpoint(path: Path, model: NeuralLM | TransformerLM, payload: dict[s
     tmp.replace(path)
 
 
-def load_checkpoint(path: Path) -> tuple[NeuralLM, dict[str, Any]]:
-    """The model (in eval mode) and everything else the checkpoint holds."""
-    data: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
-    model = build_model(RecurrentLMConfig(**data["model_config"]))
-    model.load_state_dict(data["state_dict"])
-    model.eval()
-    return model, data
-
-
 def train(
-    model: NeuralLM | TransformerLM,
+    model: Trainable,
     cfg: TrainConfig,
     train_sentences: Sequence[np.ndarray],
     valid_sentences: Sequence[np.ndarray],
@@ -193,13 +149,13 @@ def train(
     resume: bool = False,
     log: Callable[[str], None] = print,
     progress: bool = True,
-    step: BatchStep = train_batch,
-    scorer: Scorer = evaluate,
+    step: BatchStep,
+    scorer: Scorer,
 ) -> Evaluation:
     """Trains in place, checkpointing the best validation model; returns its validation score.
 
     `step` trains on one batch and returns its summed loss (nats); `scorer` evaluates sentences
-    (the recurrent ones by default; transformer.py passes its own).
+    (each trainer's own: `recurrent.py`, `transformer.py`).
     """
     from tqdm import tqdm
 
@@ -208,7 +164,7 @@ def train(
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     out_dir.mkdir(parents=True, exist_ok=True)
-    optimizer = _make_optimizer(model, cfg)
+    optimizer = _make_optimizer(model.parameters(), cfg)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
         optimizer, mode="min", factor=cfg.lr_decay, patience=0
     )

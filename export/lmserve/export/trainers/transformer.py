@@ -5,15 +5,13 @@ dropout on embeddings, attention and residuals) or Llama (RoPE, RMSNorm, SwiGLU;
 dropout only), with the embedding tied to the output layer by default. It is trained on the
 recurrent models' batches (data.py): right-padded `<s> w1 .. wn` -> `w1 .. wn </s>`, every
 sentence from its own `<s>`, so its perplexities compare with theirs token for token. The
-loop, checkpoints, decay and resume are train.py's; this module brings the batch step, the
-scorer and the export.
+loop, checkpoints, decay and resume are loop.py's; this module brings the model, the batch
+step, the scorer and the checkpoint read back (`transformer_folder.py` exports it).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,17 +25,14 @@ from lmserve.export.rnn.data import (
     BOS_ID,
     EOS_ID,
     IGNORE_INDEX,
-    SPECIALS,
-    UNK_ID,
     Batch,
     length_bucketed_batches,
 )
-from lmserve.export.rnn.train import Evaluation, TrainConfig
+from lmserve.export.trainers.loop import Evaluation, TrainConfig
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
-    from lmserve.export.hf.parity import Parity
     from lmserve.server.manifest import TokenizerSpec
 
 Family = Literal["gpt2", "llama"]
@@ -207,71 +202,6 @@ def load_checkpoint(path: Path) -> TransformerCheckpoint:
     model.load_state_dict(data["state_dict"])
     model.eval()
     return TransformerCheckpoint(path, model, data)
-
-
-def save_hf_folder(model: TransformerLM, vocab: Sequence[str], folder: Path) -> None:
-    """The model as transformers saves it, plus vocab.txt: an export can be redone from it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    model.net.save_pretrained(folder)
-    (folder / "vocab.txt").write_text("".join(f"{w}\n" for w in vocab), encoding="utf-8")
-
-
-def export_model_folder(
-    checkpoint: TransformerCheckpoint,
-    model_dir: Path,
-    *,
-    name: str | None = None,
-    description: str = "",
-    metrics: dict[str, float] | None = None,
-    overwrite: bool = False,
-    log: Callable[[str], None] = lambda _: None,
-) -> Parity:
-    """A checkpoint -> a parity-checked ONNX model folder (lmserve.export.hf.folder, which
-    stages it and moves it into place only once it has passed).
-
-    The Hugging Face checkpoint is saved beside the train-rnn one first (`hf/`), so a failed
-    export can be redone from it. Word vocabularies only: the served folder lists its words
-    as they are.
-    """
-    from lmserve.export.hf.folder import write_transformer_folder
-    from lmserve.export.rnn.folder import check_writable
-    from lmserve.server.manifest import Provenance, SpecialTokensSpec, TokenizerKind
-
-    model, data, spec = checkpoint.model, checkpoint.data, checkpoint.tokenizer
-    if spec.kind != TokenizerKind.WORD:
-        raise ValueError(f"a {spec.kind} transformer cannot be exported yet: word models only")
-    check_writable(model_dir, overwrite=overwrite)  # never replaces some other folder
-    vocab = list(data["vocab"])
-    save_hf_folder(model, vocab, checkpoint.path.parent / HF_FOLDER)
-    log(f"saved the Hugging Face checkpoint to {checkpoint.path.parent / HF_FOLDER}")
-    unk, bos, eos = (SPECIALS[i] for i in (UNK_ID, BOS_ID, EOS_ID))
-    parity = write_transformer_folder(
-        model.net,
-        model_dir,
-        name=name or model_dir.name,
-        vocab_words=vocab,
-        tokenizer=spec,
-        special_tokens=SpecialTokensSpec(bos=bos, eos=eos, unk=unk),
-        sample_ids=[list(ids) for ids in data.get("sample_ids") or [[BOS_ID, EOS_ID]]],
-        provenance=Provenance(
-            training_corpus=data.get("training_corpus"),
-            trained_by=data.get("command"),
-            created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            metrics={k: v for k, v in (metrics or {}).items() if math.isfinite(v)},
-        ),
-        description=description or describe(model.config),
-    )
-    log(f"exported the transformer to {model_dir} ({parity})")
-    return parity
-
-
-def describe(cfg: TransformerLMConfig) -> str:
-    """The manifest's default description."""
-    tied = ", tied" if cfg.tie_weights else ""
-    return (
-        f"{cfg.num_layers}-layer {cfg.family} transformer (d={cfg.hidden_size}, {cfg.heads} "
-        f"heads{tied}, dropout {cfg.dropout}); word-level, trained by lmserve train-rnn"
-    )
 
 
 def sample_ids(sentences: Sequence[np.ndarray]) -> list[list[int]]:

@@ -26,13 +26,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lmserve.export.cli_types import existing_file, regex
+from lmserve.export.trainers.flag_errors import (
+    DEFAULT_FFNN_ORDER,
+    DEFAULT_HEADS,
+    DEFAULT_MAX_POSITIONS,
+    MIN_VOCAB_SIZE,
+    architecture_problem,
+    flag_messages,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
     from lmserve.export.rnn.nets import NeuralLM
-    from lmserve.export.rnn.train import BatchStep, Scorer
-    from lmserve.export.rnn.transformer import TransformerLM
+    from lmserve.export.trainers.loop import BatchStep, Scorer
+    from lmserve.export.trainers.transformer import TransformerLM
     from lmserve.server.text.bpe import BpeCodec
     from lmserve.server.text.char import CharCodec
 
@@ -40,10 +48,6 @@ HELP = (
     "Train an RNN/LSTM/GRU, feed-forward (ffnn) or transformer language model on a text corpus "
     "(one sentence per line)."
 )
-DEFAULT_FFNN_ORDER = 5
-# The transformer's flags are None when not given (other cells refuse them); these fill in.
-DEFAULT_HEADS = 4
-DEFAULT_MAX_POSITIONS = 256
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,21 +155,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from lmserve.export.rnn import transformer
     from lmserve.export.rnn.data import (
         build_word_vocab,
         count_words,
         encode_sentences,
         split_encoded,
     )
-    from lmserve.export.rnn.flag_errors import (
-        MIN_VOCAB_SIZE,
-        architecture_problem,
-        flag_messages,
-    )
     from lmserve.export.rnn.model import RecurrentLMConfig
     from lmserve.export.rnn.nets import build_model
-    from lmserve.export.rnn.train import TrainConfig, train
+    from lmserve.export.trainers import transformer
+    from lmserve.export.trainers.loop import TrainConfig, train
     from lmserve.server.manifest import TokenizerKind, TokenizerSpec
     from lmserve.server.text.bpe import BpeCodec
     from lmserve.server.text.word import WordTokenizer
@@ -243,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
             return list(f)
 
     if args.export is not None:
-        from lmserve.export.rnn.folder import check_writable
+        from lmserve.export.served_folder import check_writable
 
         try:  # before hours of training, not after
             check_writable(args.export)
@@ -357,11 +356,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _step_and_scorer(model: NeuralLM | TransformerLM) -> tuple[BatchStep, Scorer]:
     """The batch step and the scorer train.train runs for this model."""
-    from lmserve.export.rnn import train, transformer
+    from lmserve.export.trainers import recurrent, transformer
 
     if isinstance(model, transformer.TransformerLM):
         return transformer.train_batch, transformer.evaluate
-    return train.train_batch, train.evaluate
+    return recurrent.train_batch, recurrent.evaluate
 
 
 def _too_long(max_positions: int, *splits: list[np.ndarray]) -> str | None:
@@ -399,10 +398,10 @@ def _train_subword_codec(args: argparse.Namespace, texts: list[str]) -> CharCode
 
 def _export(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """Exports checkpoint-best.pt as `lmserve export-rnn` would, its metrics from report.json."""
-    from lmserve.export.rnn.export_command import measured_metrics
+    from lmserve.export.parity import ParityError
     from lmserve.export.rnn.folder import CheckpointError, load_checkpoint, write_model_folder
-    from lmserve.export.rnn.parity import ParityError
-    from lmserve.export.rnn.train import BEST_CHECKPOINT
+    from lmserve.export.trainers.export_command import measured_metrics
+    from lmserve.export.trainers.loop import BEST_CHECKPOINT
 
     if args.cell == "transformer":
         return _export_transformer(args, log)
@@ -428,14 +427,15 @@ def _export(args: argparse.Namespace, log: Callable[[str], None]) -> int:
 
 
 def _export_transformer(args: argparse.Namespace, log: Callable[[str], None]) -> int:
-    """checkpoint-best.pt -> an ONNX model folder with past key values (transformer.py)."""
-    from lmserve.export.rnn import transformer
-    from lmserve.export.rnn.export_command import measured_metrics
-    from lmserve.export.rnn.train import BEST_CHECKPOINT
+    """checkpoint-best.pt -> an ONNX model folder with past key values (transformer_folder)."""
+    from lmserve.export.trainers import transformer
+    from lmserve.export.trainers.export_command import measured_metrics
+    from lmserve.export.trainers.loop import BEST_CHECKPOINT
+    from lmserve.export.trainers.transformer_folder import export_model_folder
 
     try:
         checkpoint = transformer.load_checkpoint(args.output_dir / BEST_CHECKPOINT)
-        parity = transformer.export_model_folder(
+        parity = export_model_folder(
             checkpoint,
             args.export,
             name=args.name,

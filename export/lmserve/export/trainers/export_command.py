@@ -1,9 +1,9 @@
 """`lmserve export-rnn`: a train-rnn checkpoint -> a model folder (ONNX or TorchScript).
 
-The exported model is checked against PyTorch eager before the folder appears (see parity.py);
+The exported model is checked against PyTorch eager before the folder appears (rnn/parity.py);
 the manifest records the architecture, tokenizer, checksums and the measured perplexities.
 A `--cell transformer` checkpoint goes to lmserve.export.hf's ONNX export with past key values
-instead (transformer.py), checked against transformers' own forward.
+instead (transformer_folder.py), checked against transformers' own forward.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from torch import nn
 
-    from lmserve.export.rnn.train import Scorer
+    from lmserve.export.trainers.loop import Scorer
     from lmserve.server.manifest import TokenizerSpec
 
 
@@ -58,17 +58,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from lmserve.export.parity import ParityError
     from lmserve.export.rnn.folder import CheckpointError, load_checkpoint, write_model_folder
-    from lmserve.export.rnn.parity import ParityError
+    from lmserve.export.trainers.transformer import is_transformer_checkpoint
 
     torch.set_num_threads(args.threads)
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    from lmserve.export.rnn import transformer
-
-    if transformer.is_transformer_checkpoint(args.checkpoint):
+    if is_transformer_checkpoint(args.checkpoint):
         return _export_transformer(args, log)
     try:
         checkpoint = load_checkpoint(args.checkpoint)
@@ -90,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
     summary = {
         "model_dir": str(result.folder),
         "format": args.format,
-        "files": result.bytes,
-        "export_seconds": round(result.export_seconds, 2),
-        "parity_seconds": round(result.parity_seconds, 2),
+        "files": result.sizes,
+        "export_seconds": round(result.write_seconds, 2),
+        "parity_seconds": round(result.check_seconds, 2),
         "parity_max_abs_diff": result.parity.max_abs_diff,
         "metrics": result.manifest.provenance.metrics,
     }
@@ -101,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export_transformer(args: argparse.Namespace, log: Callable[[str], None]) -> int:
-    from lmserve.export.rnn import transformer
+    from lmserve.export.trainers import transformer
+    from lmserve.export.trainers.transformer_folder import export_model_folder
 
     if args.format != "onnx":
         log("lmserve export-rnn: a transformer exports to ONNX only: drop --format")
@@ -109,7 +109,7 @@ def _export_transformer(args: argparse.Namespace, log: Callable[[str], None]) ->
     try:
         checkpoint = transformer.load_checkpoint(args.checkpoint)
         metrics = measured_metrics(checkpoint, test=args.test, log=log, scorer=transformer.evaluate)
-        parity = transformer.export_model_folder(
+        parity = export_model_folder(
             checkpoint,
             args.model_dir,
             name=args.name,
@@ -141,7 +141,7 @@ def measured_metrics(
     `scorer` (the recurrent models' evaluate by default).
     """
     from lmserve.export.rnn.data import count_words, make_codec, split_encoded
-    from lmserve.export.rnn.train import evaluate
+    from lmserve.export.trainers.recurrent import evaluate
 
     data, model = checkpoint.data, checkpoint.model
     history = data.get("history") or []

@@ -11,7 +11,10 @@ import argparse
 
 from pydantic import ValidationError
 
-from lmserve.export.rnn.command import DEFAULT_HEADS
+DEFAULT_FFNN_ORDER = 5
+# The transformer's flags are None when not given (other cells refuse them); these fill in.
+DEFAULT_HEADS = 4
+DEFAULT_MAX_POSITIONS = 256
 
 # The smallest vocabulary a model takes (three specials and a word): the architecture's flags
 # are checked with it before the corpus gives the real one.
