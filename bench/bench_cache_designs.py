@@ -106,7 +106,10 @@ class Typist:
         return np.asarray(self.model.next_token_log_probs(ids), dtype=np.float64)
 
     def type_document(self, verses: list[str]) -> None:
-        cache = WordCache(CacheConfig(weight=0.2), word_id=self.model.vocab.index.get)
+        cache = WordCache(
+            CacheConfig(weight=0.2, user_word_count=1.0, history_words=5_000),
+            word_id=self.model.vocab.index.get,
+        )
         counts = _Counts(200.0 if self.design == "recency" else None)
         seen: set[str] = set()
         for verse in verses:

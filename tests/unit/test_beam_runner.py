@@ -15,8 +15,8 @@ from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.beam import beam_search
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded
+from lmserve.server.settings import GenerationLimits
 from lmserve.server.worker.generation.beam_runner import BeamRunner
-from lmserve.server.worker.generation.limits import GenerationLimits
 
 STEP_SECONDS = 0.01
 

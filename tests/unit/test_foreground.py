@@ -85,7 +85,7 @@ def test_small_requests_are_interactive_long_ones_are_not() -> None:
     foreground = Foreground()
     backend = _Recording(NgramModel.from_arpa(TOY), foreground)
     scorer = Scorer(backend, WordCodec(WordTokenizer(), backend.vocab))  # type: ignore[arg-type]
-    limits = ScoringLimits(unit_tokens=16, unit_rows=4, inline_tokens=0)
+    limits = ScoringLimits(scoring_unit_tokens=16, scoring_unit_rows=4, inline_tokens=0)
     queue = ScoringQueue("toy", backend, limits, foreground=foreground)  # type: ignore[arg-type]
     try:
         small = scorer.prepare_texts(["the cat sat"], ScoreOptions())

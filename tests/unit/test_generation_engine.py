@@ -17,8 +17,8 @@ from lmserve.server.backends.stepping import ContextStepper, Stepper, make_stepp
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
 from lmserve.server.errors import ModelOutputError, Overloaded
+from lmserve.server.settings import GenerationLimits
 from lmserve.server.shared.stats import EngineStats
-from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.generation.prefill import Prefill
 from lmserve.server.worker.generation.scheduler import GenerationScheduler
 from lmserve.server.worker.generation.sequence import (

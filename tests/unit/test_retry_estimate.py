@@ -12,11 +12,11 @@ import pytest
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.decoding.scoring import ScoreOptions, Scorer
 from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
+from lmserve.server.settings import GenerationLimits
 from lmserve.server.text.codec import WordCodec
 from lmserve.server.text.word import WordTokenizer
 from lmserve.server.worker.generation.admission import Admission
 from lmserve.server.worker.generation.beam_runner import BeamRunner
-from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.retry_estimate import (
     MAX_DELAY,
     MIN_DELAY,
@@ -111,7 +111,9 @@ def test_the_scoring_queue_measures_its_throughput_and_divides_the_queued_work()
     scorer = Scorer(ngram, WordCodec(WordTokenizer(), ngram.vocab))
 
     async def main() -> tuple[float | None, float]:
-        queue = ScoringQueue("toy", ngram, ScoringLimits(unit_tokens=16, unit_rows=4))
+        queue = ScoringQueue(
+            "toy", ngram, ScoringLimits(scoring_unit_tokens=16, scoring_unit_rows=4)
+        )
         try:
             before = queue.throughput.rate
             await queue.score(scorer.prepare_texts(["a b c"] * 50, ScoreOptions()))
@@ -129,7 +131,7 @@ def test_the_scoring_queue_refuses_with_its_estimate() -> None:
     scorer = Scorer(ngram, WordCodec(WordTokenizer(), ngram.vocab))
 
     async def main() -> Any:
-        queue = ScoringQueue("toy", ngram, ScoringLimits(max_queued_tokens=100))
+        queue = ScoringQueue("toy", ngram, ScoringLimits(scoring_max_queued_tokens=100))
         queue.throughput.record(10, 1.0)  # 10 positions a second
         queue._queued_tokens = 80  # as if 80 positions waited
         try:

@@ -11,7 +11,7 @@ from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.errors import Overloaded
-from lmserve.server.worker.generation.limits import GenerationLimits
+from lmserve.server.settings import GenerationLimits
 from lmserve.server.worker.generation.scheduler import GenerationScheduler
 from lmserve.server.worker.generation.sequence import (
     FinishEvent,

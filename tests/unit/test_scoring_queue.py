@@ -100,7 +100,9 @@ def test_results_equal_one_backend_call(ngram: NgramModel, per_token: bool, eos:
     options = ScoreOptions(eos=eos)
 
     async def main() -> tuple[BatchScores, BatchScores]:
-        queue = ScoringQueue("toy", ngram, ScoringLimits(unit_tokens=16, unit_rows=4))
+        queue = ScoringQueue(
+            "toy", ngram, ScoringLimits(scoring_unit_tokens=16, scoring_unit_rows=4)
+        )
         try:
             prepared = scorer.prepare_texts(texts, options, details=per_token)
             return await queue.score(prepared), prepared.run(ngram)
@@ -126,7 +128,9 @@ def test_a_short_request_waits_for_one_unit_not_the_whole_long_one(ngram: NgramM
     scorer = _scorer(gated)  # type: ignore[arg-type]
 
     async def main() -> list[str]:
-        queue = ScoringQueue("toy", gated, ScoringLimits(unit_tokens=8, unit_rows=2))  # type: ignore[arg-type]
+        queue = ScoringQueue(
+            "toy", gated, ScoringLimits(scoring_unit_tokens=8, scoring_unit_rows=2)
+        )  # type: ignore[arg-type]
         order: list[str] = []
         try:
             gated.gate.clear()
@@ -174,7 +178,7 @@ def test_the_interactive_lane_serves_a_short_request_during_a_long_pass(
 ) -> None:
     backend = LongPassBackend(ngram)
     scorer = _scorer(backend)  # type: ignore[arg-type]
-    limits = ScoringLimits(unit_tokens=64, unit_rows=32)
+    limits = ScoringLimits(scoring_unit_tokens=64, scoring_unit_rows=32)
 
     async def main() -> tuple[bool, BatchScores, BatchScores]:
         queue = ScoringQueue("toy", backend, limits, interactive_lane=lane)  # type: ignore[arg-type]
@@ -204,7 +208,9 @@ def test_concurrent_requests_share_a_pass(ngram: NgramModel) -> None:
     scorer = _scorer(gated)  # type: ignore[arg-type]
 
     async def main() -> None:
-        queue = ScoringQueue("toy", gated, ScoringLimits(unit_tokens=64, unit_rows=16))  # type: ignore[arg-type]
+        queue = ScoringQueue(
+            "toy", gated, ScoringLimits(scoring_unit_tokens=64, scoring_unit_rows=16)
+        )  # type: ignore[arg-type]
         try:
             gated.gate.clear()
             first = asyncio.create_task(queue.score(_prepared(scorer, 1)))
@@ -225,7 +231,9 @@ def test_a_cancelled_request_stops_within_a_unit(ngram: NgramModel) -> None:
     scorer = _scorer(gated)  # type: ignore[arg-type]
 
     async def main() -> None:
-        queue = ScoringQueue("toy", gated, ScoringLimits(unit_tokens=4, unit_rows=1))  # type: ignore[arg-type]
+        queue = ScoringQueue(
+            "toy", gated, ScoringLimits(scoring_unit_tokens=4, scoring_unit_rows=1)
+        )  # type: ignore[arg-type]
         try:
             gated.gate.clear()
             task = asyncio.create_task(queue.score(_prepared(scorer, 50)))
@@ -249,7 +257,9 @@ def test_an_expired_request_fails_with_deadline_exceeded(ngram: NgramModel) -> N
     scorer = _scorer(gated)  # type: ignore[arg-type]
 
     async def main() -> None:
-        queue = ScoringQueue("toy", gated, ScoringLimits(unit_tokens=4, unit_rows=1))  # type: ignore[arg-type]
+        queue = ScoringQueue(
+            "toy", gated, ScoringLimits(scoring_unit_tokens=4, scoring_unit_rows=1)
+        )  # type: ignore[arg-type]
         try:
             gated.gate.clear()
             task = asyncio.create_task(
@@ -272,7 +282,9 @@ def test_queued_work_over_the_limit_is_refused_before_it_starts(ngram: NgramMode
     scorer = _scorer(gated)  # type: ignore[arg-type]
 
     async def main() -> None:
-        limits = ScoringLimits(unit_tokens=8, unit_rows=2, max_queued_tokens=100)
+        limits = ScoringLimits(
+            scoring_unit_tokens=8, scoring_unit_rows=2, scoring_max_queued_tokens=100
+        )
         queue = ScoringQueue("toy", gated, limits)  # type: ignore[arg-type]
         try:
             gated.gate.clear()
@@ -296,7 +308,9 @@ def test_a_failing_request_does_not_fail_the_requests_sharing_its_pass(
     poison = ngram.vocab.index["c"]
 
     async def main() -> list[object]:
-        queue = ScoringQueue("toy", gated, ScoringLimits(unit_tokens=64, unit_rows=16))  # type: ignore[arg-type]
+        queue = ScoringQueue(
+            "toy", gated, ScoringLimits(scoring_unit_tokens=64, scoring_unit_rows=16)
+        )  # type: ignore[arg-type]
         try:
             gated.gate.clear()
             first = asyncio.create_task(queue.score(_prepared(scorer, 1, "a")))

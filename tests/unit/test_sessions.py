@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.manifest import read_manifest
 from lmserve.server.registry.loaders import LoadContext, load_backend
+from lmserve.server.settings import SessionSettings
 from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.autocomplete.session_steps import SessionSteps
 from lmserve.server.worker.autocomplete.sessions import Session, SessionCache, SessionLimits
@@ -26,7 +28,7 @@ def _session(name: str, floats: int = 0) -> Session:
 
 def test_least_recently_used_sessions_go_first_past_the_count() -> None:
     stats = EngineStats("m")
-    cache = SessionCache("m", SessionLimits(max_sessions=2), stats)
+    cache = SessionCache("m", SessionLimits.of(SessionSettings(complete_max_sessions=2)), stats)
     for name in ("a", "b"):
         cache.put(_session(name))
     assert cache.get("a") is not None  # a is now the most recently used
@@ -37,14 +39,14 @@ def test_least_recently_used_sessions_go_first_past_the_count() -> None:
 
 
 def test_sessions_past_the_memory_bound_are_evicted() -> None:
-    cache = SessionCache("m", SessionLimits(max_bytes=10_000))
+    cache = SessionCache("m", replace(SessionLimits.of(SessionSettings()), max_bytes=10_000))
     for name in ("a", "b", "c"):
         cache.put(_session(name, floats=1000))  # 4,000 bytes each
     assert len(cache) == 2 and cache.get("a") is None
 
 
 def test_idle_sessions_expire() -> None:
-    cache = SessionCache("m", SessionLimits(idle_seconds=0.05))
+    cache = SessionCache("m", SessionLimits.of(SessionSettings(complete_session_idle_seconds=0.05)))
     cache.put(_session("a"))
     time.sleep(0.08)
     assert cache.get("a") is None and len(cache) == 0

@@ -22,10 +22,10 @@ from lmserve.server.decoding.params import GenerateParams, StoppingParams
 from lmserve.server.errors import InvalidArgument, ManifestError, RequestTooLarge
 from lmserve.server.manifest import read_manifest
 from lmserve.server.registry.repository import ModelState, load_entry
+from lmserve.server.settings import GenerationLimits
 from lmserve.server.text.pretrained import PretrainedCodec
 from lmserve.server.worker.generation.admission import Admission
 from lmserve.server.worker.generation.context_window import ContextWindow
-from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.generation.sequence import GenerationRequest, GenerationStream
 
 

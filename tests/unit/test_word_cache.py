@@ -65,6 +65,6 @@ def test_incremental_counts_equal_a_recount(edits: list[tuple[str, object]]) -> 
 
 def test_the_config_refuses_weights_out_of_range() -> None:
     with pytest.raises(ValueError, match="cache weight"):
-        CacheConfig(weight=1.0)
+        CacheConfig(weight=1.0, user_word_count=1.0, history_words=6)
     with pytest.raises(ValueError, match="cache weight"):
-        CacheConfig(weight=-0.1)
+        CacheConfig(weight=-0.1, user_word_count=1.0, history_words=6)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import yaml
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -26,7 +26,105 @@ from pydantic_settings import (
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
-class Settings(BaseSettings):
+class SettingsGroup(BaseModel):
+    """Settings that one part of the server reads on its own (an engine worker's limits): a
+    base of `Settings`, so each field, default and bound is written once, here, and the worker
+    gets the group's values alone (`Group.of(settings)`), not the whole settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def of(cls, settings: Settings) -> Self:
+        """The group's values out of the settings; a field that is not a setting (a subclass's
+        engine constant) keeps its default."""
+        fields = type(settings).model_fields
+        return cls.model_validate(
+            {name: getattr(settings, name) for name in cls.model_fields if name in fields}
+        )
+
+
+class RequestLimits(SettingsGroup):
+    """What one request may carry, checked before any work starts (the API validates it)."""
+
+    max_texts_per_request: int = Field(default=10_000, ge=1)
+    max_tokens_per_text: int = Field(default=100_000, ge=1)
+    # Rerank: n-best lists per request and hypotheses per list.
+    max_rerank_lists: int = Field(default=1_000, ge=1)
+    max_rerank_hypotheses: int = Field(default=1_000, ge=1)
+    # Rerank and Score: phrases one bias list may hold (a contact list, a glossary).
+    max_bias_phrases: int = Field(default=10_000, ge=1)
+    # Complete: the most suggestions one keystroke may ask for.
+    max_completions: int = Field(default=100, ge=1)
+    # Complete: user words one session may hold.
+    max_user_words: int = Field(default=10_000, ge=1)
+    # Input hardening. A text (texts, prompts, hypotheses, append_text) longer than this many
+    # UTF-8 bytes is refused before it is tokenized.
+    max_text_bytes: int = Field(default=1024 * 1024, ge=1)
+
+
+class ScoringSettings(SettingsGroup):
+    """How big a scoring pass may be and how much scoring may wait (`worker.scoring`)."""
+
+    # Scoring work is cut into units of at most this many positions (rows x padded length):
+    # a neural pass's time and memory (rows x length x vocabulary log-probs) are bounded by it,
+    # and a short request waits for at most one unit of a long one.
+    scoring_unit_tokens: int = Field(default=256, ge=1)
+    scoring_unit_rows: int = Field(default=64, ge=1)
+    # Scoring positions that may wait per model before requests get RESOURCE_EXHAUSTED.
+    scoring_max_queued_tokens: int = Field(default=4_000_000, ge=1)
+
+
+class GenerationLimits(SettingsGroup):
+    """What a model's generation runs under (`worker.generation`) and the per-request limits
+    Generate and BeamSearch are validated against. See `scheduler`, `admission` (chunked
+    prefill, `prefill_step_share`), `backpressure` (`max_unread_events`) and `context_window`
+    (`max_cache_bytes`). `max_queued_requests` counts requests that would have to wait for a
+    slot: 0 means no waiting room (a request that fits the free slots is still admitted)."""
+
+    # Generation: one continuous-batching scheduler per model steps every active sequence.
+    # Sequences (streams x samples) stepped together; more wait in the queue.
+    max_active_sequences: int = Field(default=256, ge=1)
+    # Generate requests waiting for a slot; beyond this the server answers RESOURCE_EXHAUSTED.
+    max_queued_requests: int = Field(default=1024, ge=0)
+    # Upper bound of a request's max_new_tokens (and a beam's max_length).
+    max_new_tokens: int = Field(default=4096, ge=1)
+    # Upper bound of Generate's n (independent samples of one request).
+    max_n: int = Field(default=16, ge=1)
+    max_beam_width: int = Field(default=64, ge=1)
+    max_top_logprobs: int = Field(default=20, ge=0)
+    # Prompt tokens one scheduler iteration reads before it steps the running sequences, and
+    # the share of a step's time a chunk may take while sequences run (chunked prefill).
+    prefill_chunk_tokens: int = Field(default=512, ge=1)
+    prefill_step_share: float = Field(default=0.75, gt=0)
+    # Beam searches per model that run at once, and that may wait; beyond: RESOURCE_EXHAUSTED.
+    max_running_searches: int = Field(default=2, ge=1)
+    max_queued_searches: int = Field(default=64, ge=0)
+    # A Generate stream with more events waiting for its handler than this (a client that
+    # stopped reading) has its sequences parked, keeping their slots, until it drained to half.
+    max_unread_events: int = Field(default=256, ge=1)
+    # A transformer's key/value cache (bytes, per model) that its generating samples may
+    # reserve, each sample (1 + prompt + max_new_tokens) positions: requests beyond it wait.
+    max_cache_bytes: int = Field(default=1 << 30, ge=1)
+
+
+class SessionSettings(SettingsGroup):
+    """Autocomplete sessions and their adaptive word cache (`worker.autocomplete`)."""
+
+    # Autocomplete sessions each model keeps (least recently used dropped first), how long an
+    # idle one is kept, and the memory they may take (model states and distributions).
+    complete_max_sessions: int = Field(default=10_000, ge=1)
+    complete_session_idle_seconds: float = Field(default=600.0, gt=0)
+    complete_session_memory_mb: int = Field(default=512, ge=1)
+    # Adaptive autocomplete (word models): a cache model of the session's own words, mixed in
+    # with this weight (0 turns it off; a session may set its own), the pseudo-count of each
+    # user word, and how many words of finished sentences it keeps. Measured in bench/README
+    # ("Adaptive autocomplete").
+    complete_cache_weight: float = Field(default=0.2, ge=0.0, lt=1.0)
+    complete_user_word_count: float = Field(default=1.0, gt=0.0)
+    complete_cache_history_words: int = Field(default=5_000, ge=0)
+
+
+class Settings(RequestLimits, ScoringSettings, GenerationLimits, SessionSettings, BaseSettings):
     """Everything the server can be told. Built by `load_settings`, then passed down."""
 
     model_config = SettingsConfigDict(env_prefix="LMSERVE_", extra="forbid", frozen=True)
@@ -65,8 +163,6 @@ class Settings(BaseSettings):
     # only), for probes that cannot speak TLS (Kubernetes' gRPC probes). 0: off.
     health_host: str = "0.0.0.0"
     health_port: int = Field(default=0, ge=0, le=65535)
-    max_texts_per_request: int = Field(default=10_000, ge=1)
-    max_tokens_per_text: int = Field(default=100_000, ge=1)
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     max_concurrent_rpcs: int | None = Field(default=None, ge=1)
     # A client connection is closed (gracefully) after this many seconds, so clients re-resolve
@@ -91,55 +187,6 @@ class Settings(BaseSettings):
     onnx_device_states: Literal["auto", "on", "off"] = "auto"
     # Longer texts are scored in time chunks of this many tokens, the state carried across.
     max_chunk_tokens: int = Field(default=256, ge=1)
-    # Scoring work is cut into units of at most this many positions (rows x padded length):
-    # a neural pass's time and memory (rows x length x vocabulary log-probs) are bounded by it,
-    # and a short request waits for at most one unit of a long one.
-    scoring_unit_tokens: int = Field(default=256, ge=1)
-    scoring_unit_rows: int = Field(default=64, ge=1)
-    # Scoring positions that may wait per model before requests get RESOURCE_EXHAUSTED.
-    scoring_max_queued_tokens: int = Field(default=4_000_000, ge=1)
-    # Rerank: n-best lists per request and hypotheses per list.
-    max_rerank_lists: int = Field(default=1_000, ge=1)
-    max_rerank_hypotheses: int = Field(default=1_000, ge=1)
-    # Rerank and Score: phrases one bias list may hold (a contact list, a glossary).
-    max_bias_phrases: int = Field(default=10_000, ge=1)
-    # Complete: the most suggestions one keystroke may ask for.
-    max_completions: int = Field(default=100, ge=1)
-    # Autocomplete sessions each model keeps (least recently used dropped first), how long an
-    # idle one is kept, and the memory they may take (model states and distributions).
-    complete_max_sessions: int = Field(default=10_000, ge=1)
-    complete_session_idle_seconds: float = Field(default=600.0, gt=0)
-    complete_session_memory_mb: int = Field(default=512, ge=1)
-    # Adaptive autocomplete (word models): a cache model of the session's own words, mixed in
-    # with this weight (0 turns it off; a session may set its own), the pseudo-count of each
-    # user word, and how many words of finished sentences it keeps. Measured in bench/README
-    # ("Adaptive autocomplete").
-    complete_cache_weight: float = Field(default=0.2, ge=0.0, lt=1.0)
-    complete_user_word_count: float = Field(default=1.0, gt=0.0)
-    complete_cache_history_words: int = Field(default=5_000, ge=0)
-    # Complete: user words one session may hold.
-    max_user_words: int = Field(default=10_000, ge=1)
-    # Generation: one continuous-batching scheduler per model steps every active sequence.
-    # Sequences (streams x samples) stepped together; more wait in the queue.
-    max_active_sequences: int = Field(default=256, ge=1)
-    # Generate requests waiting for a slot; beyond this the server answers RESOURCE_EXHAUSTED.
-    max_queued_requests: int = Field(default=1024, ge=0)
-    # Upper bound of a request's max_new_tokens (and a beam's max_length).
-    max_new_tokens: int = Field(default=4096, ge=1)
-    # Upper bound of Generate's n (independent samples of one request).
-    max_n: int = Field(default=16, ge=1)
-    max_beam_width: int = Field(default=64, ge=1)
-    max_top_logprobs: int = Field(default=20, ge=0)
-    # Prompt tokens one scheduler iteration reads before it steps the running sequences, and
-    # the share of a step's time a chunk may take while sequences run (chunked prefill).
-    prefill_chunk_tokens: int = Field(default=512, ge=1)
-    prefill_step_share: float = Field(default=0.75, gt=0)
-    # Beam searches per model that run at once, and that may wait; beyond: RESOURCE_EXHAUSTED.
-    max_running_searches: int = Field(default=2, ge=1)
-    max_queued_searches: int = Field(default=64, ge=0)
-    # Input hardening. A text (texts, prompts, hypotheses, append_text) longer than this many
-    # UTF-8 bytes is refused before it is tokenized.
-    max_text_bytes: int = Field(default=1024 * 1024, ge=1)
     # TorchScript models run code from the model file when loaded: false refuses them.
     allow_torchscript: bool = True
 
@@ -161,14 +208,6 @@ class Settings(BaseSettings):
     # Hot reload: SIGHUP always rescans the repository; with this set, it is also rescanned
     # every so many seconds (None: only on SIGHUP).
     reload_poll_seconds: float | None = Field(default=None, gt=0)
-
-    # -- backpressure --------------------------------------------------------------------------
-    # A Generate stream with more events waiting for its handler than this (a client that
-    # stopped reading) has its sequences parked, keeping their slots, until it drained to half.
-    max_unread_events: int = Field(default=256, ge=1)
-    # A transformer's key/value cache (bytes, per model) that its generating samples may
-    # reserve, each sample (1 + prompt + max_new_tokens) positions: requests beyond it wait.
-    max_cache_bytes: int = Field(default=1 << 30, ge=1)
 
     # -- engine workers ------------------------------------------------------------------------
     # Each served model computes in an engine worker process of its own (`lmserve: engine

@@ -17,7 +17,7 @@ from lmserve.server.decoding.params import finite
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
 from lmserve.server.front.models.biasing import phrase_words
 from lmserve.server.front.models.served_model import ServedModel
-from lmserve.server.worker.limits import RequestLimits
+from lmserve.server.settings import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 

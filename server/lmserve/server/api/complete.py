@@ -25,8 +25,8 @@ from lmserve.server.api.validation import check_no_empty_token, check_text_bytes
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
 from lmserve.server.front.models.served_model import ServedModel
 from lmserve.server.front.models.served_models import ServedModels
+from lmserve.server.settings import RequestLimits
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit, new_session_id
-from lmserve.server.worker.limits import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 # Messages read ahead of the one being answered (what makes "a newer one is waiting" visible).

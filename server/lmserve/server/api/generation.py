@@ -20,7 +20,7 @@ from lmserve.server.decoding.params import (
     StoppingParams,
 )
 from lmserve.server.errors import InvalidArgument
-from lmserve.server.worker.generation.limits import GenerationLimits
+from lmserve.server.settings import GenerationLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 _LENGTH_PENALTIES = {

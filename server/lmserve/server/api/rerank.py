@@ -22,7 +22,7 @@ from lmserve.server.errors import InvalidArgument, RequestTooLarge
 from lmserve.server.front.models.rerank import NBestLists, rerank_lists
 from lmserve.server.front.models.served_model import ServedModel
 from lmserve.server.front.models.served_models import ServedModels
-from lmserve.server.worker.limits import RequestLimits
+from lmserve.server.settings import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 _UNITS = {

@@ -13,7 +13,7 @@ from typing import Protocol
 from lmserve.server.decoding.scoring import ScoreOptions
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.front.models.served_model import TextInput
-from lmserve.server.worker.limits import RequestLimits
+from lmserve.server.settings import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb
 
 

@@ -19,7 +19,16 @@ _COMMENT = re.compile(r"^    #\s?(.*)$")
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """The `#` comment lines directly above each field of a class body, joined."""
+    """The `#` comment lines directly above each field of a class body, joined; the class's
+    own and its bases' (the settings groups `Settings` is made of)."""
+    comments: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if base.__module__ == cls.__module__:
+            comments.update(_own_field_comments(base))
+    return comments
+
+
+def _own_field_comments(cls: type) -> dict[str, str]:
     comments: dict[str, str] = {}
     pending: list[str] = []
     for line in inspect.getsource(cls).splitlines():

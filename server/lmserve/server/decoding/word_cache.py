@@ -1,7 +1,7 @@
 """A cache model of a session's own words (Kuhn and De Mori's cache LM, SRILM's `-cache`),
 mixed with the base model's next-word distribution for autocomplete.
 
-    cache = WordCache(CacheConfig(weight=0.2))
+    cache = WordCache(CacheConfig(weight=0.2, user_word_count=1.0, history_words=5_000))
     cache.set_user_words(["zorblax"])
     cache.commit(["in", "the", "beginning"])    # a finished sentence joins the history
     cache.extend(["and", "the"])                # the sentence being typed
@@ -47,11 +47,12 @@ START = ""  # the word before `<s>`: the first word's trigram context is (START,
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """The mixture's weight and the cache's bounds (settings' `complete_cache_*`)."""
+    """The mixture's weight and the cache's bounds (settings' `complete_cache_*`, which own
+    the defaults)."""
 
-    weight: float = 0.2
-    user_word_count: float = 1.0
-    history_words: int = 5_000
+    weight: float
+    user_word_count: float
+    history_words: int
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.weight < 1.0:

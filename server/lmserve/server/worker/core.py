@@ -157,7 +157,7 @@ class EngineCore:
             self.stepper,
             trie,
             eos=eos,
-            rows_per_step=self.limits.scoring.unit_tokens,  # a row is one position
+            rows_per_step=self.limits.scoring.scoring_unit_tokens,  # a row is one position
         )
         await self.scoring.run_steps(scoring.steps(), trie.nodes, deadline)
         return PrefixTotals(scoring.totals, scoring.computed)

@@ -31,15 +31,16 @@ _WORKER_MODULE = "lmserve.server.worker.process"
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """How workers are started and how often one may die before its model is failed."""
+    """How workers are started and how often one may die before its model is failed (from
+    the settings, which own the defaults: `from_settings`)."""
 
-    load_options: LoadOptions = LoadOptions()
-    start_timeout_seconds: float = 120.0
-    max_restarts: int = 5
-    restart_window_seconds: float = 60.0
-    niceness: int = 10
-    log_level: str = "INFO"
-    log_format: str = "text"
+    load_options: LoadOptions
+    start_timeout_seconds: float
+    max_restarts: int
+    restart_window_seconds: float
+    niceness: int
+    log_level: str
+    log_format: str
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerSettings:

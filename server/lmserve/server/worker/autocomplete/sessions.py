@@ -1,6 +1,6 @@
 """Autocomplete sessions: each session's context and model state, kept between keystrokes.
 
-    cache = SessionCache("kjv-lstm", SessionLimits(), stats)
+    cache = SessionCache("kjv-lstm", SessionLimits.of(settings), stats)
     session = cache.get(session_id)            # None: unknown, expired or evicted (a miss)
     cache.put(session)                          # most recently used; evicts past the bounds
 
@@ -24,20 +24,35 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.decoding.word_cache import CacheConfig, WordCache
+from lmserve.server.settings import SessionSettings
 from lmserve.server.shared.stats import EngineStats
 
 
 @dataclass(frozen=True)
 class SessionLimits:
-    """How many sessions a model keeps, for how long, in how much memory (from the settings)."""
+    """How many sessions a model keeps, for how long, in how much memory: the settings'
+    `SessionSettings` in the units the cache counts (`of`), which own every default."""
 
-    max_sessions: int = 10_000
-    idle_seconds: float = 600.0
-    max_bytes: int = 512 * 1024 * 1024
-    # Model states kept per session, one per recent position (cheap backspaces).
-    kept_states: int = 8
+    max_sessions: int
+    idle_seconds: float
+    max_bytes: int
     # The adaptive cache's weights and history bound (word models).
-    cache: CacheConfig = field(default_factory=CacheConfig)
+    cache: CacheConfig
+    # Model states kept per session, one per recent position (cheap backspaces): not a setting.
+    kept_states: int = 8
+
+    @classmethod
+    def of(cls, settings: SessionSettings) -> SessionLimits:
+        return cls(
+            max_sessions=settings.complete_max_sessions,
+            idle_seconds=settings.complete_session_idle_seconds,
+            max_bytes=settings.complete_session_memory_mb * 1024 * 1024,
+            cache=CacheConfig(
+                weight=settings.complete_cache_weight,
+                user_word_count=settings.complete_user_word_count,
+                history_words=settings.complete_cache_history_words,
+            ),
+        )
 
 
 @dataclass(eq=False)

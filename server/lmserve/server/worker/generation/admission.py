@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Callable
 
 from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
+from lmserve.server.settings import GenerationLimits
 from lmserve.server.worker.generation.context_window import ContextWindow
-from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.generation.sequence import GenerationStream
 
 

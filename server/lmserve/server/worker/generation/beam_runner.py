@@ -28,8 +28,8 @@ from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.beam import Hypothesis, beam_search
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded
+from lmserve.server.settings import GenerationLimits
 from lmserve.server.worker.generation.context_window import ContextWindow
-from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.handoff import settle
 from lmserve.server.worker.retry_estimate import Throughput, drain_delay
 

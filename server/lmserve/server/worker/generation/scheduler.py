@@ -1,6 +1,6 @@
 """Continuous batching: one scheduler per model steps every active sequence in one batched call.
 
-    scheduler = GenerationScheduler(name, stepper, vocab, GenerationLimits(), stats)
+    scheduler = GenerationScheduler(name, stepper, vocab, GenerationLimits.of(settings), stats)
     stream = scheduler.submit(GenerationRequest(prompt_ids, params, deadline))
     async for event in stream: ...               # TokenEvent per token, FinishEvent per sample
 
@@ -37,6 +37,7 @@ from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.errors import Overloaded
 from lmserve.server.logging_setup import log_failure
+from lmserve.server.settings import GenerationLimits
 from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.foreground import Foreground, lower_this_thread
 from lmserve.server.worker.generation.admission import Admission
@@ -50,12 +51,11 @@ from lmserve.server.worker.generation.batch import (
 )
 from lmserve.server.worker.generation.context_window import ContextWindow
 from lmserve.server.worker.generation.delivery import Items, Poster
-from lmserve.server.worker.generation.limits import GenerationLimits
 from lmserve.server.worker.generation.prefill import Prefill
 from lmserve.server.worker.generation.sequence import Event, GenerationRequest, GenerationStream
 from lmserve.server.worker.retry_estimate import slot_delay
 
-__all__ = ["GenerationLimits", "GenerationScheduler"]
+__all__ = ["GenerationScheduler"]
 
 # Longest a step waits for the model's scoring passes and session steps (interactive first,
 # `foreground`): generation slows while they run, it never stops.

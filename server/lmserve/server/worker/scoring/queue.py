@@ -1,6 +1,6 @@
 """Bounded, fair scoring work: every request is cut into units, units run one pass at a time.
 
-    queue = ScoringQueue("kjv-lstm", backend, ScoringLimits(unit_tokens=256), stats)
+    queue = ScoringQueue("kjv-lstm", backend, ScoringLimits(scoring_unit_tokens=256), stats)
     scores = await queue.score(prepared, deadline)   # BatchScores of the whole request
 
 Why units: a recurrent model scores a pass of `rows x padded length` positions at once and
@@ -42,7 +42,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,6 +49,7 @@ from lmserve.server.backends.base import BatchScores, LanguageModelBackend
 from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.errors import DeadlineExceeded, ModelUnavailable, Overloaded
 from lmserve.server.logging_setup import log_failure
+from lmserve.server.settings import ScoringSettings
 from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.foreground import Foreground
 from lmserve.server.worker.retry_estimate import Throughput, drain_delay
@@ -65,23 +65,18 @@ MAX_SKIPS = 3
 INTERACTIVE_UNITS = 4
 
 
-@dataclass(frozen=True)
-class ScoringLimits:
-    """How big one pass may be and how much work may wait (from the settings)."""
+class ScoringLimits(ScoringSettings):
+    """How big one pass may be and how much work may wait: the settings' `ScoringSettings`
+    (which own the defaults), and the engine's own inline bound."""
 
-    # Positions (rows x padded length) in one forward pass of a neural model.
-    unit_tokens: int = 256
-    # Rows in one pass, whatever their length.
-    unit_rows: int = 64
-    # Work (scored positions) that may wait per model; more is refused (RESOURCE_EXHAUSTED).
-    max_queued_tokens: int = 4_000_000
-    # Requests up to this many positions on a model that runs inline (n-gram) skip the queue.
+    # Requests up to this many positions on a model that runs inline (n-gram) skip the queue
+    # (not a setting: where a hop costs more than the lookups).
     inline_tokens: int = 8192
 
     def interactive(self, tokens: int) -> bool:
         """Whether a request is small enough that its passes go before generation steps (a
         few units: a caller waits for it as a whole); a long one runs beside them."""
-        return tokens <= INTERACTIVE_UNITS * self.unit_tokens
+        return tokens <= INTERACTIVE_UNITS * self.scoring_unit_tokens
 
     def runs_inline(self, neural: bool, tokens: int) -> bool:
         """Whether scoring `tokens` positions costs less than handing them to a thread or a
@@ -147,7 +142,7 @@ class ScoringQueue:
         self, steps: Iterator[None], tokens: int, deadline: float | None = None
     ) -> None:
         """Runs a generator of units on the worker, one unit per turn (see `StepJob`);
-        `tokens` is the work it stands for, counted against `max_queued_tokens`."""
+        `tokens` is the work it stands for, counted against `scoring_max_queued_tokens`."""
         loop = asyncio.get_running_loop()
         job = StepJob(steps, deadline, loop, loop.create_future(), tokens)
         self._enqueue(job)
@@ -161,11 +156,14 @@ class ScoringQueue:
         with self._cond:
             if self._closed:
                 raise ModelUnavailable(f"model {self.model!r} is shutting down")
-            if self._queued_tokens and self._queued_tokens + tokens > self.limits.max_queued_tokens:
+            if (
+                self._queued_tokens
+                and self._queued_tokens + tokens > self.limits.scoring_max_queued_tokens
+            ):
                 raise Overloaded(
                     f"{self._queued_tokens} tokens of scoring already wait for model "
-                    f"{self.model!r} and this request adds {tokens} (max_queued_tokens "
-                    f"{self.limits.max_queued_tokens}); retry later",
+                    f"{self.model!r} and this request adds {tokens} (scoring_max_queued_tokens "
+                    f"{self.limits.scoring_max_queued_tokens}); retry later",
                     limit="scoring_max_queued_tokens",
                     model=self.model,
                     retry_after=self.retry_after(),
@@ -188,7 +186,9 @@ class ScoringQueue:
             deadline=deadline,
             loop=loop,
             future=loop.create_future(),
-            units=cut_units(lengths, self.limits.unit_tokens, self.limits.unit_rows),
+            units=cut_units(
+                lengths, self.limits.scoring_unit_tokens, self.limits.scoring_unit_rows
+            ),
             totals=np.zeros(n, dtype=np.float64),
             token_log_probs=None if token_offsets is None else np.zeros(int(token_offsets[-1])),
             ngram_lengths=None,
@@ -328,9 +328,9 @@ class ScoringQueue:
             wide = max(width, head_width, 1)
             if head_width > 2 * width + 8 or width > 2 * head_width + 8:
                 continue
-            if (rows + len(head)) * wide > self.limits.unit_tokens:
+            if (rows + len(head)) * wide > self.limits.scoring_unit_tokens:
                 continue
-            if rows + len(head) > self.limits.unit_rows:
+            if rows + len(head) > self.limits.scoring_unit_rows:
                 continue
             picked.append((job, job.take()))
             job.skipped = 0
