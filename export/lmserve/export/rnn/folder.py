@@ -173,14 +173,20 @@ def write_model_folder(
             files={key: FileEntry(path=path) for key, path in files.items()},
             tokenizer=spec,
             architecture=architecture(model.config, fmt, opset),
-            provenance=Provenance(
-                training_corpus=data.get("training_corpus"),
-                trained_by=data.get("command"),
-                created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                metrics={k: v for k, v in (metrics or {}).items() if math.isfinite(v)},
-            ),
+            provenance=trained_provenance(data, metrics),
         )
 
     return write_served_folder(
         model_dir, write=write, check=check, manifest=manifest, overwrite=overwrite
+    )
+
+
+def trained_provenance(data: dict[str, Any], metrics: dict[str, float] | None) -> Provenance:
+    """A train-rnn checkpoint's provenance (corpus, command, now, finite metrics), for every
+    folder exported from one: recurrent here, the transformer's in trainers."""
+    return Provenance(
+        training_corpus=data.get("training_corpus"),
+        trained_by=data.get("command"),
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        metrics={k: v for k, v in (metrics or {}).items() if math.isfinite(v)},
     )

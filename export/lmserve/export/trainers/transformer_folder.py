@@ -8,14 +8,13 @@ can be redone from it.
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lmserve.export.hf.folder import write_transformer_folder
 from lmserve.export.hf.parity import Parity
 from lmserve.export.rnn.data import BOS_ID, EOS_ID, SPECIALS, UNK_ID
+from lmserve.export.rnn.folder import trained_provenance
 from lmserve.export.served_folder import check_writable
 from lmserve.export.trainers.transformer import (
     HF_FOLDER,
@@ -23,7 +22,7 @@ from lmserve.export.trainers.transformer import (
     TransformerLM,
     TransformerLMConfig,
 )
-from lmserve.server.manifest import Provenance, SpecialTokensSpec, TokenizerKind
+from lmserve.server.manifest import SpecialTokensSpec, TokenizerKind
 
 
 def save_hf_folder(model: TransformerLM, vocab: Sequence[str], folder: Path) -> None:
@@ -66,12 +65,7 @@ def export_model_folder(
         tokenizer=spec,
         special_tokens=SpecialTokensSpec(bos=bos, eos=eos, unk=unk),
         sample_ids=[list(ids) for ids in data.get("sample_ids") or [[BOS_ID, EOS_ID]]],
-        provenance=Provenance(
-            training_corpus=data.get("training_corpus"),
-            trained_by=data.get("command"),
-            created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            metrics={k: v for k, v in (metrics or {}).items() if math.isfinite(v)},
-        ),
+        provenance=trained_provenance(data, metrics),
         description=description or describe(model.config),
         overwrite=overwrite,
     )
