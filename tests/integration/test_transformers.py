@@ -466,13 +466,24 @@ def test_the_openai_route_scores_and_generates_with_a_transformer(
     assert echoed["choices"][0]["text"] == tokenizers["tiny-llama"].decode(prompt + tokens)
 
 
-def test_bos_off_is_refused_as_unimplemented(
+def test_bos_off_reads_the_first_token_as_the_context(
     stub: lm_service_pb2_grpc.LanguageModelServiceStub,
+    models: dict[str, Any],
+    tokenizers: dict[str, Tokenizer],
 ) -> None:
     options = pb.ScoreOptions(bos=False, eos=True)
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.Score(pb.ScoreRequest(model="tiny-gpt2", texts=["light"], options=options))
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    request = pb.ScoreRequest(model="tiny-gpt2", texts=[TEXTS[0]], options=options)
+    [result] = stub.Score(request).results
+    ids = tokenizers["tiny-gpt2"].encode(TEXTS[0]).ids
+    _, end = _specials(models["tiny-gpt2"])
+    lp = _log_probs(models["tiny-gpt2"], ids)
+    wanted = [*ids[1:], end]  # the first token is read, not scored
+    assert result.token_count == len(wanted)
+    assert result.log_prob == pytest.approx(sum(lp[t, w] for t, w in enumerate(wanted)), abs=1e-3)
+    with pytest.raises(grpc.RpcError) as caught:  # nothing to read from
+        stub.Score(pb.ScoreRequest(model="tiny-gpt2", texts=["light", ""], options=options))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "texts[1]" in (caught.value.details() or "")
 
 
 def test_bias_phrases_match_whitespace_words_over_byte_level_pieces(

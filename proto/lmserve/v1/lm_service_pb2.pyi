@@ -278,6 +278,12 @@ class TokenList(_message.Message):
     tokens: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, tokens: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class TokenIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class ScoreOptions(_message.Message):
     __slots__ = ("bos", "eos")
     BOS_FIELD_NUMBER: _ClassVar[int]
@@ -287,20 +293,22 @@ class ScoreOptions(_message.Message):
     def __init__(self, bos: _Optional[bool] = ..., eos: _Optional[bool] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("model", "texts", "token_lists", "options", "return_tokens", "bias")
+    __slots__ = ("model", "texts", "token_lists", "token_ids", "options", "return_tokens", "bias")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_LISTS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     RETURN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     BIAS_FIELD_NUMBER: _ClassVar[int]
     model: str
     texts: _containers.RepeatedScalarFieldContainer[str]
     token_lists: _containers.RepeatedCompositeFieldContainer[TokenList]
+    token_ids: _containers.RepeatedCompositeFieldContainer[TokenIds]
     options: ScoreOptions
     return_tokens: bool
     bias: BiasList
-    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., token_lists: _Optional[_Iterable[_Union[TokenList, _Mapping]]] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., return_tokens: _Optional[bool] = ..., bias: _Optional[_Union[BiasList, _Mapping]] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., token_lists: _Optional[_Iterable[_Union[TokenList, _Mapping]]] = ..., token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., return_tokens: _Optional[bool] = ..., bias: _Optional[_Union[BiasList, _Mapping]] = ...) -> None: ...
 
 class BiasPhrase(_message.Message):
     __slots__ = ("phrase", "boost")

@@ -25,6 +25,7 @@ from lmserve.server.api.validation import (
     validate_batch,
     validate_model_name,
     validate_options,
+    validate_score_batch,
 )
 from lmserve.server.decoding.perplexity import PerplexityAccumulator
 from lmserve.server.decoding.scored import ScoredTexts
@@ -113,7 +114,7 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         response's wire bytes; the interceptor sends them as they are."""
         limits = self._limits.requests
         with use_model(self._models, request.model) as served:
-            batch = validate_batch(request, limits)
+            batch = validate_score_batch(request, limits, len(served.vocab))
             options = validate_options(request)
             bias = (stream_bias or StreamBias()).bias(request, served, limits)
             matches = None if bias is None else bias_matches(served.codec, bias, batch)
@@ -239,7 +240,9 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         if ids:
             if text:
                 raise InvalidArgument("prompt", "set either prompt or prompt_token_ids, not both")
-            return generation.prompt_ids(ids, len(served.vocab))
+            prompt = generation.prompt_ids(ids, len(served.vocab))
+            # A leading `<s>` is the start every prompt is read from: read once, not twice.
+            return prompt[1:] if prompt[0] == served.vocab.bos_id else prompt
         check_text_bytes("prompt", text, self._limits.requests)
         return served.encode_prompt(text)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from lmserve.server.api.generation import prompt_ids
 from lmserve.server.decoding.scoring import ScoreOptions
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.front.models.served_model import TextInput
@@ -60,6 +61,31 @@ def validate_options(
     return ScoreOptions(
         bos=options.bos if options.HasField("bos") else True,
         eos=options.eos if options.HasField("eos") else True,
+    )
+
+
+def validate_score_batch(
+    request: pb.ScoreRequest, limits: RequestLimits, vocab_size: int
+) -> TextInput:
+    """Score's texts: `token_ids` (each id a token of the model's vocabulary), or what
+    `validate_batch` takes; exactly one of the three forms."""
+    if not request.token_ids:
+        return validate_batch(request, limits)
+    if request.texts or request.token_lists:
+        other = "texts" if request.texts else "token_lists"
+        raise InvalidArgument(
+            "token_ids", f"set one of texts, token_lists and token_ids, not {other} too"
+        )
+    count = len(request.token_ids)
+    if count > limits.max_texts_per_request:
+        raise InvalidArgument(
+            "token_ids", f"{count} texts is more than the limit of {limits.max_texts_per_request}"
+        )
+    return TextInput(
+        token_ids=[
+            prompt_ids(text.ids, vocab_size, f"token_ids[{i}].ids")
+            for i, text in enumerate(request.token_ids)
+        ]
     )
 
 

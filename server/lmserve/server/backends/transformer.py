@@ -182,10 +182,13 @@ class TransformerBackend:
     def score(
         self, batch: EncodedBatch, *, bos: bool = True, eos: bool = True, per_token: bool = False
     ) -> BatchScores:
-        """log P(tokens [+ </s>] | <s>) per text in one pass per group of rows, natural logs."""
-        if not bos:
+        """log P(tokens [+ </s>] | <s>) per text in one pass per group of rows, natural logs.
+        With `bos` off each text is read from its own first token instead (`batch.starts`):
+        a transformer predicts nothing from an empty context."""
+        if not bos and batch.starts is None:
             raise Unimplemented(
-                "transformer models read <s> first: options.bos=false is not available"
+                "a transformer reads <s> or a text's first token first: with options.bos=false "
+                "the batch must carry its texts' first tokens (EncodedBatch.first_as_starts)"
             )
         n = batch.batch_size
         lengths = np.diff(batch.offsets) + (1 if eos else 0)  # inputs = scored positions
@@ -208,13 +211,14 @@ class TransformerBackend:
     def _inputs_and_targets(
         self, batch: EncodedBatch, rows: Sequence[int], eos: bool
     ) -> tuple[list[list[int]], list[list[int]]]:
-        """Per row: `<s> w1..wn` (the last word dropped when `</s>` is not scored) and
-        `w1..wn [</s>]`."""
+        """Per row: `<s> w1..wn` (the last word dropped when `</s>` is not scored; the row's
+        start in place of `<s>` when the batch has `starts`) and `w1..wn [</s>]`."""
         bos_id, eos_id = self._vocab.bos_id, self._vocab.eos_id
+        starts = batch.starts
         inputs, targets = [], []
         for i in rows:
             ids = batch.ids[batch.offsets[i] : batch.offsets[i + 1]].tolist()
-            read = [bos_id, *ids]
+            read = [bos_id if starts is None else int(starts[i]), *ids]
             wanted = [*ids, eos_id] if eos else ids
             inputs.append(read[: len(wanted)])
             targets.append(wanted)

@@ -73,6 +73,23 @@ class PreparedScoring:
             return self
         return replace(self, words=None, word_lists=None)
 
+    def from_first_tokens(self, field: str) -> PreparedScoring:
+        """Each text read from its own first token instead of `<s>` (a transformer with `bos`
+        off: it predicts nothing from an empty context), which is then neither scored nor
+        counted. A text with no token has nothing to read from: InvalidArgument names it."""
+        empty = np.flatnonzero(self.lengths == 0)
+        if len(empty):
+            raise InvalidArgument(
+                f"{field}[{int(empty[0])}]",
+                "is empty: with options.bos false a transformer reads a text's first token as "
+                "its context, so each text needs one",
+            )
+        batch = self.batch.first_as_starts()
+        lengths = self.lengths - 1
+        oov_counts = _segment_counts(batch)
+        words = None if self.words is None else [max(w - 1, 0) for w in self.words]
+        return replace(self, batch=batch, lengths=lengths, oov_counts=oov_counts, words=words)
+
     def run(self, backend: LanguageModelBackend) -> BatchScores:
         """The whole batch in one backend call (the engine cuts it into units instead)."""
         options = self.options
@@ -213,6 +230,29 @@ class Scorer:
             options,
             details=details,
             word_lists=word_lists,
+            oov_log_probs=oov_log_probs,
+            max_tokens_per_text=max_tokens_per_text,
+            field=field,
+        )
+
+    def prepare_ids(
+        self,
+        id_lists: Sequence[Sequence[int]],
+        options: ScoreOptions,
+        *,
+        details: bool = False,
+        oov_log_probs: bool = False,
+        max_tokens_per_text: int | None = None,
+        field: str = "token_ids",
+    ) -> PreparedScoring:
+        """Texts given as the model's ids (checked in range by the caller), scored on exactly
+        those ids: no tokenizer runs, so nothing is merged, split or added."""
+        batch = EncodedBatch.of_ids(id_lists, self.vocab.unk_id)
+        return self._prepare(
+            batch,
+            None,  # no text to count words in: one word per token
+            options,
+            details=details,
             oov_log_probs=oov_log_probs,
             max_tokens_per_text=max_tokens_per_text,
             field=field,

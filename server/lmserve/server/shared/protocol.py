@@ -107,6 +107,8 @@ class ScoringWork(msgspec.Struct, array_like=True, frozen=True):
     per_token: bool
     words: list[int] | None = None
     word_lists: list[list[str]] | None = None
+    # The id each text is read from in place of `<s>` (`EncodedBatch.starts`), if any.
+    starts: Array | None = None
 
 
 class BiasFound(msgspec.Struct, array_like=True, frozen=True):
@@ -349,6 +351,7 @@ def scoring_work(prepared: PreparedScoring) -> ScoringWork:
         prepared.per_token,
         None if prepared.words is None else [int(w) for w in prepared.words],
         None if prepared.word_lists is None else [list(w) for w in prepared.word_lists],
+        None if batch.starts is None else Array.of(batch.starts),
     )
 
 
@@ -360,6 +363,7 @@ def prepared_of(work: ScoringWork) -> PreparedScoring:
         offsets=work.offsets.numpy(),
         oov=work.oov.numpy(),
         oov_counts=oov_counts,
+        starts=None if work.starts is None else work.starts.numpy(),
     )
     return PreparedScoring(
         batch=batch,

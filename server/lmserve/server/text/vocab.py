@@ -82,13 +82,37 @@ class EncodedBatch:
     `<s>`/`</s>` are not included: the backend adds them as the score options say.
     `oov_counts` are the OOV tokens per text when the encoder counted them on the way (the C
     word encoder does, for free), else None and counted from `oov` when needed.
+    `starts`, when set, is the id each text is read from in place of `<s>` (a transformer
+    scoring with `bos` off reads a text's first token as its context: `first_as_starts`).
     """
 
     ids: IdArray
     offsets: OffsetArray
     oov: npt.NDArray[np.bool_]
     oov_counts: npt.NDArray[np.int64] | None = None
+    starts: IdArray | None = None
 
     @property
     def batch_size(self) -> int:
         return len(self.offsets) - 1
+
+    @classmethod
+    def of_ids(cls, id_lists: Sequence[Sequence[int]], unk_id: int) -> EncodedBatch:
+        """Texts given as ids, taken exactly as they are (the unknown-word id flagged OOV)."""
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        offsets = np.zeros(len(id_lists) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = [int(i) for ids in id_lists for i in ids]
+        ids = np.asarray(flat, dtype=np.int32).reshape(len(flat))
+        return cls(ids=ids, offsets=offsets, oov=ids == unk_id)
+
+    def first_as_starts(self) -> EncodedBatch:
+        """Each text's first id taken out as the one it is read from (`starts`): what is left
+        are the tokens scored after it. Every text must have a first id."""
+        firsts = self.offsets[:-1]
+        keep = np.ones(len(self.ids), dtype=np.bool_)
+        keep[firsts] = False
+        offsets = self.offsets - np.arange(len(self.offsets), dtype=np.int64)
+        return EncodedBatch(
+            ids=self.ids[keep], offsets=offsets, oov=self.oov[keep], starts=self.ids[firsts]
+        )

@@ -185,31 +185,21 @@ async def echo_piece(
     text) and, with `logprobs`, its tokens scored by Score exactly (`</s>` not added).
 
     A prompt of token ids (what evaluation clients send after `/tokenize`) is scored on exactly
-    those tokens; a leading `<s>` id is the start every text is scored from, so it is echoed
-    with no log-prob (as OpenAI echoes a first token)."""
-    start: list[str] = []
+    those ids, as vLLM scores them (`_id_prompt` says how its first id is read)."""
     if isinstance(prompt, list):
-        tokens, start, text = _token_prompt(servicer, body.model, prompt)
-        score_request = pb.ScoreRequest(
-            model=body.model,
-            token_lists=[pb.TokenList(tokens=tokens)],
-            options=pb.ScoreOptions(eos=False),
-            return_tokens=body.logprobs is not None,
-        )
+        echo = _id_prompt(servicer, body.model, prompt)
     else:
-        text = prompt
-        score_request = pb.ScoreRequest(
-            model=body.model,
-            texts=[prompt],
-            options=pb.ScoreOptions(eos=False),
-            return_tokens=body.logprobs is not None,
-        )
+        echo = EchoedPrompt(pb.ScoreRequest(texts=[prompt]), prompt, [], [])
+    text, start = echo.text, echo.start
     piece = Piece(text=text, separator=separator if text and not text[-1].isspace() else "")
     if not prompt or (body.logprobs is None and body.max_tokens != 0):
         return piece  # nothing to score, or nothing asked of the score
+    score_request = echo.request
+    score_request.model = body.model
+    score_request.return_tokens = body.logprobs is not None
+    score_request.options.eos = False
     answer = await servicer.Score(score_request, NoDeadline())
-    response = pb.ScoreResponse.FromString(answer)
-    [result] = response.results
+    [result] = pb.ScoreResponse.FromString(answer).results
     details = result.details
     piece.prompt_tokens = result.token_count + len(start)
     piece.tokens = [*start, *details.tokens]
@@ -218,7 +208,9 @@ async def echo_piece(
     if body.logprobs:
         # One position after another: a long prompt must not take every generation slot.
         piece.top_logprobs = [None] * len(start) + [
-            await _alternatives(servicer, body.model, details.token_ids[:i], body.logprobs)
+            await _alternatives(
+                servicer, body.model, [*echo.start_ids, *details.token_ids[:i]], body.logprobs
+            )
             for i in range(len(details.tokens))
         ]
         pairs = zip(piece.tokens, piece.token_logprobs, strict=True)
@@ -230,18 +222,38 @@ async def echo_piece(
     return piece
 
 
-def _token_prompt(
-    servicer: LanguageModelServicer, model: str, ids: list[int]
-) -> tuple[list[str], list[str], str]:
-    """A token-id prompt as the model's tokens (after a leading `<s>`, which is returned apart)
-    and its text."""
+@dataclass
+class EchoedPrompt:
+    """A prompt to echo: the Score request of its scored tokens, its text, and the tokens
+    echoed before them with no log-prob (`start`, as text and as ids)."""
+
+    request: pb.ScoreRequest
+    text: str
+    start: list[str]
+    start_ids: list[int]
+
+
+def _id_prompt(servicer: LanguageModelServicer, model: str, ids: list[int]) -> EchoedPrompt:
+    """A token-id prompt scored on exactly its ids, nothing added (vLLM's convention):
+
+    - a leading `<s>` id is the start the rest is read from (as every text is), echoed with a
+      null log-prob;
+    - else a model that reads every text from `<s>` (n-gram, recurrent) scores the first id
+      given `<s>`;
+    - else (a transformer) the first id is the context the rest is read from, echoed with a
+      null log-prob: nothing comes before it to predict it from."""
     with use_model(servicer.models, model) as served:
         vocab = served.vocab
         ids = prompt_ids(ids, len(vocab), field="prompt")
-        start = [vocab.words[vocab.bos_id]] if ids and ids[0] == vocab.bos_id else []
-        rest = ids[len(start) :]
-        text = detokenize(served.detokenizer()(), rest)
-        return [vocab.words[i] for i in rest], start, text
+        text = detokenize(served.detokenizer()(), ids[1:] if ids[:1] == [vocab.bos_id] else ids)
+        if ids[:1] == [vocab.bos_id]:
+            scored, bos, first = ids[1:], True, [vocab.words[vocab.bos_id]]
+        elif served.reads_from_start or not ids:
+            scored, bos, first = ids, True, []
+        else:
+            scored, bos, first = ids, False, [served.token_texts[ids[0]]]
+    request = pb.ScoreRequest(token_ids=[pb.TokenIds(ids=scored)], options=pb.ScoreOptions(bos=bos))
+    return EchoedPrompt(request, text, first, ids[: len(first)])
 
 
 async def _alternatives(

@@ -95,17 +95,30 @@ class ModelEngine(Protocol):
 
 @dataclass(frozen=True)
 class TextInput:
-    """The texts of a request: raw `texts` or pre-tokenized `token_lists`, never both."""
+    """The texts of a request: raw `texts`, pre-tokenized `token_lists` or the model's
+    `token_ids` (checked in range), exactly one of them."""
 
     texts: Sequence[str] | None = None
     token_lists: Sequence[Sequence[str]] | None = None
+    token_ids: Sequence[Sequence[int]] | None = None
 
     def __len__(self) -> int:
-        return len(self.texts if self.texts is not None else self.token_lists or [])
+        if self.texts is not None:
+            return len(self.texts)
+        return len(self.token_lists if self.token_lists is not None else self.token_ids or [])
+
+    @property
+    def field(self) -> str:
+        """The request field the texts came in (what a refusal names)."""
+        if self.texts is not None:
+            return "texts"
+        return "token_lists" if self.token_lists is not None else "token_ids"
 
     def characters(self) -> int:
         if self.texts is not None:
             return sum(len(t) for t in self.texts)
+        if self.token_ids is not None:
+            return sum(len(ids) for ids in self.token_ids)
         return sum(len(w) + 1 for tokens in self.token_lists or [] for w in tokens)
 
 
@@ -205,9 +218,20 @@ class ServedModel:
         limit = self.limits.requests.max_tokens_per_text
 
         def run() -> PreparedScoring:
-            return self._within_positions(tokenize(), "texts" if texts.texts else "token_lists")
+            prepared = tokenize()
+            if not options.bos and not self.reads_from_start:
+                prepared = prepared.from_first_tokens(texts.field)
+            return self._within_positions(prepared, texts.field)
 
         def tokenize() -> PreparedScoring:
+            if texts.token_ids is not None:
+                return self.scorer.prepare_ids(
+                    texts.token_ids,
+                    options,
+                    details=details,
+                    oov_log_probs=oov_log_probs,
+                    max_tokens_per_text=limit,
+                )
             if texts.texts is not None:
                 return self.scorer.prepare_texts(
                     texts.texts,
@@ -227,6 +251,14 @@ class ServedModel:
         if texts.characters() <= _INLINE_ENCODE_CHARS:
             return run()
         return await asyncio.to_thread(run)
+
+    @property
+    def reads_from_start(self) -> bool:
+        """Whether the model reads every text from `<s>`, the start it was trained to be
+        conditioned on (n-gram and recurrent models: a first token is scored given `<s>`),
+        rather than only the ids it is given (a transformer, whose positions are bounded: a
+        first token with nothing before it has no log-prob)."""
+        return self.max_positions is None
 
     @property
     def max_text_tokens(self) -> int:

@@ -39,11 +39,13 @@ def gather(batch: EncodedBatch, rows: np.ndarray) -> EncodedBatch:
         ids, oov = batch.ids[index], batch.oov[index]
     else:
         ids, oov = batch.ids[:0], batch.oov[:0]
-    return EncodedBatch(ids=ids, offsets=offsets, oov=oov)
+    starts = None if batch.starts is None else batch.starts[rows]
+    return EncodedBatch(ids=ids, offsets=offsets, oov=oov, starts=starts)
 
 
 def concat(parts: list[EncodedBatch]) -> EncodedBatch:
-    """One batch holding the texts of `parts`, in order."""
+    """One batch holding the texts of `parts`, in order (parts merge only under the same
+    options, so either all read from `<s>` or all from `starts`)."""
     shifts = np.cumsum([0] + [len(b.ids) for b in parts[:-1]])
     offsets = np.concatenate(
         [np.zeros(1, dtype=np.int64)]
@@ -53,4 +55,14 @@ def concat(parts: list[EncodedBatch]) -> EncodedBatch:
         ids=np.concatenate([b.ids for b in parts]),
         offsets=offsets,
         oov=np.concatenate([b.oov for b in parts]),
+        starts=_starts(parts),
     )
+
+
+def _starts(parts: list[EncodedBatch]) -> np.ndarray | None:
+    starts = [b.starts for b in parts]
+    if all(s is None for s in starts):
+        return None
+    if any(s is None for s in starts):
+        raise ValueError("texts read from <s> and from their first token cannot share a pass")
+    return np.concatenate([s for s in starts if s is not None])
