@@ -213,7 +213,7 @@ def main() -> None:
 
     from lmserve.server.backends.ngram import load_model_folder_binary
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
-    from lmserve.server.backends.stepping import make_stepper
+    from lmserve.server.families.catalog import make_stepper
     from lmserve.server.manifest import read_manifest
 
     onnx_dir, ngram_dir = default_model(DEFAULT_LSTM), default_model(DEFAULT_NGRAM)

@@ -265,7 +265,7 @@ def main() -> None:
     keep_freed_memory()
 
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
-    from lmserve.server.backends.stepping import make_stepper
+    from lmserve.server.families.catalog import make_stepper
     from lmserve.server.manifest import read_manifest
 
     folder = default_model(DEFAULT_LSTM)

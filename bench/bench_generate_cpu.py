@@ -90,7 +90,7 @@ def main() -> None:
     runs = args.runs or (1 if quick() else 3)
 
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
-    from lmserve.server.backends.stepping import make_stepper
+    from lmserve.server.families.catalog import make_stepper
     from lmserve.server.manifest import read_manifest
 
     folder = default_model(DEFAULT_LSTM)

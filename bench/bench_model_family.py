@@ -71,7 +71,7 @@ def perplexity_and_speed(scorer: Any, lines: list[str], runs: int) -> tuple[floa
 
 def step_speed(backend: Any, steps: int, runs: int) -> list[float]:
     """Single-stream greedy steps per second (one `Stepper.step` call per token)."""
-    from lmserve.server.backends.stepping import make_stepper
+    from lmserve.server.families.catalog import make_stepper
 
     stepper = make_stepper(backend)
     eos = stepper.vocab.eos_id
@@ -103,8 +103,8 @@ def measure(entry: Any, lines: list[str], runs: int, steps: int) -> dict[str, An
         "median": statistics.median(score_speeds),
         "runs": [float(f"{s:.6g}") for s in score_speeds],
         "model": entry.name,
-        "kind": manifest.kind.value,
-        "format": manifest.format.value,
+        "kind": manifest.kind,
+        "format": manifest.format,
         "tokenizer": describe_tokenizer(manifest),
         "test_perplexity": round(ppl, 3),
         "size_bytes": size,

@@ -44,8 +44,8 @@ def child_lmserve(folder: Path, sentences: Path, check: int, runs: int) -> dict[
     import numpy as np
 
     from lmserve.server.backends.ngram import NgramModel
+    from lmserve.server.families.loading import load_backend
     from lmserve.server.manifest import read_manifest, verify_files
-    from lmserve.server.registry.loaders import load_backend
     from lmserve.server.text.word import encode_token_lists
 
     lines = sentences.read_text(encoding="utf-8").splitlines()

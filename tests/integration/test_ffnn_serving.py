@@ -26,8 +26,8 @@ from lmserve.export.rnn.data import encode_sentences
 from lmserve.export.rnn.ffnn import FeedForwardLM
 from lmserve.export.trainers.loop import BEST_CHECKPOINT
 from lmserve.export.trainers.recurrent import evaluate, load_checkpoint
-from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.cli import main
+from lmserve.server.families.catalog import make_stepper
 from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.registry.repository import load_entry
 from lmserve.server.settings import load_settings

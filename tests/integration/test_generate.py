@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from lmserve.client import BeamHypothesis, GeneratedToken, GenerationFinished, LmServeClient
 from lmserve.client.errors import InvalidArgumentError, ResourceExhaustedError
-from lmserve.server.backends.stepping import make_stepper
+from lmserve.server.families.catalog import make_stepper
 from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.manifest import ModelManifest, write_manifest
 from lmserve.server.settings import load_settings
@@ -390,7 +390,7 @@ def test_the_generate_command_prints_tokens_as_they_arrive(
 def test_beam_search_through_the_server_equals_the_direct_call(
     server: BackgroundServer, client: LmServeClient
 ) -> None:
-    beam = pytest.importorskip("lmserve.server.decoding.beam")
+    from lmserve.server.decoding import beam
     from lmserve.server.decoding.params import BeamParams
 
     backend = server.running.repository.ready("lstm").backend

@@ -9,12 +9,13 @@ import pytest
 from test_stepping import EagerBackend
 
 from lmserve.server.backends.ngram import NgramModel
-from lmserve.server.backends.stepping import Stepper, make_stepper
+from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.beam import Hypothesis, beam_search, length_penalty, ngram_bans
 from lmserve.server.decoding.params import BeamParams, SamplingParams
 from lmserve.server.decoding.sampling import SequenceSampler, sample_next
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.errors import InvalidArgument
+from lmserve.server.families.catalog import make_stepper
 
 BIGRAM = """\\data\\
 ngram 1=8

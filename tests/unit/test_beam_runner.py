@@ -11,10 +11,10 @@ import pytest
 from test_beam import BIGRAM
 
 from lmserve.server.backends.ngram import NgramModel
-from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.beam import beam_search
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded
+from lmserve.server.families.catalog import make_stepper
 from lmserve.server.settings import GenerationLimits
 from lmserve.server.worker.generation.beam_runner import BeamRunner
 

@@ -19,8 +19,9 @@ from lmserve.server.backends.interpolated import InterpolatedBackend
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.segments import segment_sums
+from lmserve.server.families.family import LoadContext
+from lmserve.server.families.loading import load_backend
 from lmserve.server.manifest import read_manifest
-from lmserve.server.registry.loaders import LoadContext, load_backend
 
 NGRAMS = ["ngram", "ngram-numpy"]
 NAMES = ["lstm", "mix", *NGRAMS]

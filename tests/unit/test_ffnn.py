@@ -20,10 +20,10 @@ from lmserve.export.trainers.loop import BEST_CHECKPOINT, TrainConfig, train
 from lmserve.export.trainers.recurrent import evaluate, load_checkpoint, train_batch
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
 from lmserve.server.backends.recurrent import RecurrentSpec
-from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.backends.torchscript import TorchScriptBackend
 from lmserve.server.cli import main
 from lmserve.server.errors import ModelLoadError
+from lmserve.server.families.catalog import make_stepper
 from lmserve.server.manifest import read_manifest, verify_files
 
 VOCAB = ["<unk>", "<s>", "</s>", *(f"w{i}" for i in range(57))]

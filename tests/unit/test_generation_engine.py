@@ -13,10 +13,11 @@ import pytest
 from test_stepping import EagerBackend
 
 from lmserve.server.backends.ngram import NgramModel
-from lmserve.server.backends.stepping import ContextStepper, Stepper, make_stepper
+from lmserve.server.backends.stepping import ContextStepper, Stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
 from lmserve.server.errors import ModelOutputError, Overloaded
+from lmserve.server.families.catalog import make_stepper
 from lmserve.server.settings import GenerationLimits
 from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.generation.prefill import Prefill

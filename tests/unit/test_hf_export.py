@@ -19,7 +19,7 @@ from lmserve.export.hf.importer import export_checkpoint, sample_ids
 from lmserve.export.hf.parity import check_parity
 from lmserve.export.parity import PARITY_NATS
 from lmserve.server.backends.transformer import past_names, present_names
-from lmserve.server.pretrained_manifest import GRAPH
+from lmserve.server.families.hf_folder import GRAPH
 
 
 def _checkpoint(folder: Path, build: str, seed: int = 0) -> Path:

@@ -52,9 +52,19 @@ def test_read_manifest_and_verify(tmp_path: Path) -> None:
 
 
 def test_invalid_manifest_names_the_field(tmp_path: Path) -> None:
-    (tmp_path / "model.yaml").write_text("name: m\nkind: mamba\nformat: onnx\nfiles: {}\n")
+    (tmp_path / "model.yaml").write_text("name: m\nkind: Mamba 2\nformat: onnx\nfiles: {}\n")
     with pytest.raises(ManifestError, match="kind"):
         read_manifest(tmp_path)
+
+
+def test_a_kind_no_family_serves_fails_the_model_naming_the_kinds_served(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.yaml").write_text("name: m\nkind: mamba\nformat: onnx\nfiles: {}\n")
+    [entry] = ModelRepository.load(tmp_path).entries()
+    assert entry.state is ModelState.FAILED
+    assert "kind 'mamba' is not served" in entry.load_error
+    assert all(kind in entry.load_error for kind in ("ngram", "lstm", "transformer"))
 
 
 def test_repository_keeps_broken_models_as_failed(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from lmserve.server.backends.base import EncodedBatch, LanguageModelBackend
 from lmserve.server.backends.ngram import NgramModel
-from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
+from lmserve.server.families.catalog import make_stepper
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "ngram" / "toy.arpa"
 
@@ -71,8 +71,9 @@ def test_recurrent_prefix_scores_equal_scoring_alone(tmp_path: Path) -> None:
     from neural_folders import VOCAB, tiny_model, write_onnx_folder
 
     from lmserve.server.backends.onnx import OnnxOptions
+    from lmserve.server.families.family import LoadContext
+    from lmserve.server.families.loading import load_backend
     from lmserve.server.manifest import read_manifest
-    from lmserve.server.registry.loaders import LoadContext, load_backend
 
     folder = tmp_path / "lstm"
     write_onnx_folder(tiny_model("lstm"), VOCAB, folder, name="lstm")

@@ -25,8 +25,9 @@ from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
 from lmserve.server.backends.recurrent import RecurrentBackend
 from lmserve.server.backends.torchscript import TorchScriptBackend
 from lmserve.server.errors import ModelLoadError, Unimplemented
+from lmserve.server.families.family import LoadContext
+from lmserve.server.families.loading import load_backend
 from lmserve.server.manifest import read_manifest, sha256_of
-from lmserve.server.registry.loaders import LoadContext, load_backend
 
 TEXTS = [[3, 4, 5], [], [6, 7, 8, 9, 10, 3, 4, 5, 6, 7, 8], [0, 3], [9] * 30]
 

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 
 from lmserve.server.backends.ngram import NgramModel
-from lmserve.server.backends.stepping import make_stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.errors import Overloaded
+from lmserve.server.families.catalog import make_stepper
 from lmserve.server.settings import GenerationLimits
 from lmserve.server.worker.generation.scheduler import GenerationScheduler
 from lmserve.server.worker.generation.sequence import (

@@ -11,9 +11,10 @@ import numpy as np
 from neural_folders import VOCAB, tiny_model, write_onnx_folder
 
 from lmserve.server.backends.onnx import OnnxOptions
-from lmserve.server.backends.stepping import make_stepper
+from lmserve.server.families.catalog import make_stepper
+from lmserve.server.families.family import LoadContext
+from lmserve.server.families.loading import load_backend
 from lmserve.server.manifest import read_manifest
-from lmserve.server.registry.loaders import LoadContext, load_backend
 from lmserve.server.settings import SessionSettings
 from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.autocomplete.session_steps import SessionSteps

@@ -24,8 +24,8 @@ from lmserve.server.backends.stepping import (
     InterpolatedStepper,
     RecurrentStepper,
     Stepper,
-    make_stepper,
 )
+from lmserve.server.families.catalog import make_stepper
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ngram"
 

@@ -14,8 +14,8 @@ from bench_modules import load_bench_module
 
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.cli import main as server_main
+from lmserve.server.families.loading import load_backend
 from lmserve.server.manifest import read_manifest
-from lmserve.server.registry.loaders import load_backend
 from lmserve.server.text.word import encode_token_lists
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,11 +15,12 @@ from hf_models import POSITIONS, checkpoint
 
 from lmserve.export.hf.importer import export_checkpoint
 from lmserve.server.backends.kv_stepping import KvStepper
-from lmserve.server.backends.stepping import make_stepper
+from lmserve.server.backends.positions import Positions
 from lmserve.server.backends.transformer import TransformerBackend
 from lmserve.server.cli import main
 from lmserve.server.decoding.params import GenerateParams, StoppingParams
 from lmserve.server.errors import InvalidArgument, ManifestError, RequestTooLarge
+from lmserve.server.families.catalog import make_stepper, read_model_manifest
 from lmserve.server.manifest import read_manifest
 from lmserve.server.registry.repository import ModelState, load_entry
 from lmserve.server.settings import GenerationLimits
@@ -105,7 +106,7 @@ def _request(prompt: int, new: int, n: int = 1) -> GenerationRequest:
 
 
 def test_the_window_lowers_max_new_tokens_to_the_positions_left() -> None:
-    window = ContextWindow(max_positions=10, bytes_per_position=8, max_cache_bytes=1000)
+    window = ContextWindow(Positions(10), bytes_per_position=8, max_cache_bytes=1000)
     fitted = window.fit(_request(4, 50).params, 4)
     # <s> + 4 prompt tokens read, 5 positions left, the last drawn token needs none.
     assert fitted.stopping.max_new_tokens == 6
@@ -117,10 +118,10 @@ def test_the_window_lowers_max_new_tokens_to_the_positions_left() -> None:
 
 
 def test_admission_counts_cache_bytes_and_refuses_what_never_fits() -> None:
-    window = ContextWindow(max_positions=100, bytes_per_position=10, max_cache_bytes=1000)
+    window = ContextWindow(Positions(100), bytes_per_position=10, max_cache_bytes=1000)
     admission = Admission("m", GenerationLimits(), window=window)
     small = GenerationStream(_request(9, 40), 1)  # (1 + 9 + 40) x 10 = 500 bytes
-    assert window.request_bytes(small.request, 1) == 500
+    assert small.request.cache_bytes(window, 1) == 500
     admission.offer(small, occupied=0)
     assert admission.take(occupied=1, cache_bytes=600) == []  # 500 more would pass 1000
     assert admission.take(occupied=1, cache_bytes=500) == [small]
@@ -182,7 +183,7 @@ def test_an_optimum_folder_without_bos_or_eos_is_refused_naming_them(
     config.pop("bos_token_id"), config.pop("eos_token_id")
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ManifestError, match="bos_token_id or eos_token_id"):
-        read_manifest(folder)
+        read_model_manifest(folder)
     entry = load_entry(folder)
     assert entry.state is ModelState.FAILED
     assert "bos_token_id" in (entry.load_error or "")
@@ -195,8 +196,8 @@ def test_an_optimum_folder_is_read_as_a_transformer(
     folder.mkdir()
     for name in ("model.onnx", "tokenizer.json", "config.json"):
         shutil.copyfile(folders["llama"] / name, folder / name)
-    manifest = read_manifest(folder)
-    assert (manifest.name, manifest.kind.value, manifest.tokenizer.kind.value) == (
+    manifest = read_model_manifest(folder)
+    assert (manifest.name, manifest.kind, manifest.tokenizer.kind.value) == (
         "opt-llama",
         "transformer",
         "huggingface",

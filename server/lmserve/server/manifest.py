@@ -27,9 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lmserve.server.errors import ChecksumMismatch, ManifestError, clip_repr
 
 MANIFEST_NAMES = ("model.yaml", "model.yml", "model.json")
+# What a kind or format is called: lowercase words joined by `_` or `-`.
+_NAME = r"^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$"
 
 
 class ModelKind(StrEnum):
+    """The kinds of model the built-in families serve (`lmserve.server.families`); a family
+    added beside them brings kinds of its own, so a manifest's `kind` is any such name."""
+
     NGRAM = "ngram"
     RNN = "rnn"
     LSTM = "lstm"
@@ -43,6 +48,9 @@ class ModelKind(StrEnum):
 
 
 class ModelFormat(StrEnum):
+    """The file formats the built-in families load (a manifest's `format`, like its `kind`,
+    may name one a family added beside them loads)."""
+
     ARPA = "arpa"
     NGRAM_BINARY = "ngram_binary"
     ONNX = "onnx"
@@ -124,8 +132,10 @@ class ModelManifest(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128)
     version: str = "1"
-    kind: ModelKind
-    format: ModelFormat
+    # Which family serves the model, and what it loads (`families.family_of`): ModelKind's
+    # and ModelFormat's names, or those of a family added beside the built-in ones.
+    kind: str = Field(pattern=_NAME)
+    format: str = Field(pattern=_NAME)
     description: str = ""
     files: dict[str, FileEntry]
     tokenizer: TokenizerSpec = Field(default_factory=TokenizerSpec)
@@ -162,29 +172,20 @@ def confined_path(folder: Path, key: str, path: str) -> Path:
 
 
 def find_manifest(folder: Path) -> Path | None:
-    """The folder's manifest file; for a folder an optimum ONNX export wrote (no manifest),
-    its `config.json`, which `read_manifest` reads as one (`pretrained_manifest`)."""
+    """The folder's manifest file (`model.yaml`, `model.yml` or `model.json`), if it has one.
+    A folder some family reads without one (an optimum export) is `families`' to find."""
     for name in MANIFEST_NAMES:
         candidate = folder / name
         if candidate.is_file():
             return candidate
-    from lmserve.server.pretrained_manifest import CONFIG, is_optimum_folder
-
-    return folder / CONFIG if is_optimum_folder(folder) else None
+    return None
 
 
 def read_manifest(folder: Path) -> ModelManifest:
-    """Reads and validates the manifest of a model folder."""
+    """Reads and validates the manifest file of a model folder."""
     path = find_manifest(folder)
     if path is None:
         raise ManifestError(str(folder), f"no manifest ({' or '.join(MANIFEST_NAMES)})")
-    if path.name not in MANIFEST_NAMES:  # an optimum export's folder
-        from lmserve.server.pretrained_manifest import pretrained_manifest
-
-        try:
-            return pretrained_manifest(folder, name=folder.name)
-        except ValidationError as exc:
-            raise ManifestError(str(path), f"cannot serve this folder: {exc}") from exc
     try:
         text = path.read_text(encoding="utf-8")
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
@@ -193,10 +194,25 @@ def read_manifest(folder: Path) -> ModelManifest:
     try:
         return ModelManifest.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ManifestError(str(path), f"invalid manifest: {problems}") from exc
+        raise ManifestError(str(path), f"invalid manifest: {validation_problems(exc)}") from exc
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """pydantic's errors in one line: `field.path: message; ...`."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
+    )
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file holding an object (config.json, tokenizer.json...), or ManifestError."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(str(path), "unreadable JSON", f"{exc}") from exc
+    if not isinstance(data, dict):
+        raise ManifestError(str(path), "is not a JSON object")
+    return data
 
 
 def write_manifest(folder: Path, manifest: ModelManifest) -> Path:

@@ -189,6 +189,10 @@ class Settings(RequestLimits, ScoringSettings, GenerationLimits, SessionSettings
     max_chunk_tokens: int = Field(default=256, ge=1)
     # TorchScript models run code from the model file when loaded: false refuses them.
     allow_torchscript: bool = True
+    # Model families served beside the built-in ones (`lmserve.server.families`), each a
+    # `module:attribute` naming a ModelFamily, imported by the front and every engine worker
+    # (e.g. `["my_models.family:FAMILY"]`; the module must be importable by both).
+    model_families: list[str] = Field(default_factory=list)
 
     # -- lifecycle and security ----------------------------------------------------------------
     # On SIGTERM health goes NOT_SERVING at once and RPCs are still served this long, so that

@@ -121,7 +121,7 @@ def report(result: Any) -> int:
     summary = {
         "model_dir": str(result.folder),
         "name": result.manifest.name,
-        "format": result.manifest.format.value,
+        "format": result.manifest.format,
         "source": result.manifest.provenance.source,
         "parity": result.manifest.provenance.parity,
         "states": result.manifest.architecture["states"],

@@ -21,7 +21,7 @@ from lmserve.export.hf.graph import export_with_past
 from lmserve.export.hf.parity import Parity, check_parity
 from lmserve.export.served_folder import Files, write_served_folder
 from lmserve.server.backends.transformer import CacheShape
-from lmserve.server.pretrained_manifest import (
+from lmserve.server.families.hf_folder import (
     CONFIG,
     GRAPH,
     TOKENIZER,

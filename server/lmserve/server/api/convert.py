@@ -5,26 +5,13 @@ Score's and Generate's responses are built where they are computed (`worker.repl
 from __future__ import annotations
 
 from lmserve.server.decoding.scoring import PerplexityStats
-from lmserve.server.manifest import ModelFormat, ModelKind, TokenizerKind
+from lmserve.server.errors import ModelLoadError
+from lmserve.server.families.catalog import family_of
+from lmserve.server.families.family import ModelFamily
+from lmserve.server.manifest import ModelManifest, TokenizerKind
 from lmserve.server.registry.repository import ModelEntry, ModelState
 from lmserve.v1 import lm_service_pb2 as pb
 
-_KINDS = {
-    ModelKind.NGRAM: pb.MODEL_KIND_NGRAM,
-    ModelKind.RNN: pb.MODEL_KIND_RNN,
-    ModelKind.LSTM: pb.MODEL_KIND_LSTM,
-    ModelKind.GRU: pb.MODEL_KIND_GRU,
-    ModelKind.INTERPOLATED: pb.MODEL_KIND_INTERPOLATED,
-    ModelKind.FFNN: pb.MODEL_KIND_FFNN,
-    ModelKind.TRANSFORMER: pb.MODEL_KIND_TRANSFORMER,
-}
-_FORMATS = {
-    ModelFormat.ARPA: pb.MODEL_FORMAT_ARPA,
-    ModelFormat.NGRAM_BINARY: pb.MODEL_FORMAT_NGRAM_BINARY,
-    ModelFormat.ONNX: pb.MODEL_FORMAT_ONNX,
-    ModelFormat.TORCHSCRIPT: pb.MODEL_FORMAT_TORCHSCRIPT,
-    ModelFormat.INTERPOLATION: pb.MODEL_FORMAT_INTERPOLATION,
-}
 _TOKENIZERS = {
     "word": pb.TOKENIZER_KIND_WORD,
     "character": pb.TOKENIZER_KIND_CHARACTER,
@@ -45,38 +32,14 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
     if manifest is None:
         return info
     info.version = manifest.version
-    info.kind = _KINDS[manifest.kind]
-    info.format = _FORMATS[manifest.format]
     info.description = manifest.description
-    arch = manifest.architecture
-    info.order = manifest.ngram.order if manifest.ngram else int(arch.get("order", 0))
-    storage = manifest.ngram.storage if manifest.ngram else None
-    if storage is not None:
-        info.ngram_storage.CopyFrom(
-            pb.NgramStorage(
-                layout=storage.layout,
-                ngram_counts=storage.counts,
-                bytes=storage.bytes,
-                bytes_per_ngram=storage.bytes_per_ngram,
-                max_prob_error=storage.max_prob_error,
-                max_backoff_error=storage.max_backoff_error,
-                max_token_error=storage.max_token_error,
-            )
-        )
-    info.num_layers = int(arch.get("num_layers", 0))
-    info.hidden_size = int(arch.get("hidden_size", 0))
-    info.embedding_size = int(arch.get("embedding_size", 0))
-    if manifest.kind is ModelKind.TRANSFORMER:
-        info.transformer.CopyFrom(
-            pb.TransformerInfo(
-                architecture=str(arch.get("architecture", "")),
-                max_positions=int(arch.get("max_positions", 0)),
-                num_layers=int(arch.get("num_layers", 0)),
-                kv_heads=int(arch.get("kv_heads", 0)),
-                head_dim=int(arch.get("head_dim", 0)),
-                cache_bytes_per_position=int(arch.get("cache_bytes_per_position", 0)),
-            )
-        )
+    family = entry.family or _family(manifest)
+    if family is not None:
+        # A kind or format the proto does not name yet (a family added beside the built-in
+        # ones) is reported UNSPECIFIED; its manifest names it.
+        info.kind = family.kinds.get(manifest.kind, pb.MODEL_KIND_UNSPECIFIED)
+        info.format = family.formats.get(manifest.format, pb.MODEL_FORMAT_UNSPECIFIED)
+        family.describe(manifest, info)
     spec = manifest.tokenizer
     rule = f"words matching {spec.pattern}" if spec.pattern else "whitespace-separated words"
     if spec.kind is TokenizerKind.HUGGINGFACE:
@@ -105,9 +68,6 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
     )
     if vocab is not None:
         info.vocab_size = len(vocab)
-        order = getattr(entry.backend, "order", None)
-        if isinstance(order, int) and not info.order:
-            info.order = order
     # Every ready model answers every RPC (Complete: word models exactly, piece models by a
     # bounded search); the autocomplete page lists the models that say `complete`.
     info.capabilities.CopyFrom(
@@ -133,6 +93,14 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
         )
     )
     return info
+
+
+def _family(manifest: ModelManifest) -> ModelFamily | None:
+    """The family of a model that failed to load, where its manifest names one."""
+    try:
+        return family_of(manifest)
+    except ModelLoadError:
+        return None
 
 
 def perplexity_stats(stats: PerplexityStats) -> pb.PerplexityStats:

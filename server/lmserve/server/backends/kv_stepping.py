@@ -9,7 +9,7 @@ parity check reads a left-padded batch both ways). Rows leave and join between s
 any more is cut off on the way.
 
 A row may read at most the model's `max_positions` tokens (`<s>` included): one more is
-refused (`transformer.check_positions`); the scheduler stops a sample there first.
+refused (`positions.Positions`); the scheduler stops a sample there first.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from lmserve.server.backends.feed_groups import feed_in_groups
 from lmserve.server.backends.transformer import (
     Past,
     TransformerBackend,
-    check_positions,
     log_softmax,
 )
 from lmserve.server.errors import Unimplemented
@@ -114,7 +113,7 @@ class KvStepper:
         """Reads `ids` [B, T] after the cache: the log-probs after each row's last token."""
         batch, time = ids.shape
         longest = int(state.lengths.max(initial=0))
-        check_positions(longest + time, self.max_positions, "context")
+        self.backend.positions.check(longest + time, "context")
         mask = np.concatenate([state.mask(), np.ones((batch, time), dtype=np.int64)], axis=1)
         positions = state.lengths[:, None] + np.arange(time, dtype=np.int64)[None, :]
         logits, present = self.backend.forward(ids, mask, positions, state.past)

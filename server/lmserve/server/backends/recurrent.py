@@ -235,6 +235,13 @@ class RecurrentBackend(ABC):
     def vocab(self) -> Vocabulary:
         return self._vocab
 
+    def adopt_vocabulary(self, vocab: Vocabulary) -> None:
+        """Takes a codec's token strings for the same ids (a character or BPE model's
+        `vocab.txt` lists them escaped: `families.codecs.check_escaped_tokens`)."""
+        if len(vocab) != len(self._vocab):
+            raise ValueError(f"{len(vocab)} tokens for a vocabulary of {len(self._vocab)}")
+        self._vocab = vocab
+
     # -- what a runtime supplies -------------------------------------------------------------
 
     @abstractmethod

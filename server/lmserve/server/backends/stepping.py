@@ -27,7 +27,8 @@ Implementations:
 - `InterpolatedStepper`: one stepper per component, states side by side, the distributions mixed
   by log sum_i w_i p_i over the common vocabulary.
 
-`make_stepper(backend)` picks one. All log-probabilities are natural logs.
+A model's family picks one (`families.catalog.make_stepper`). All log-probabilities are
+natural logs.
 """
 
 from __future__ import annotations
@@ -41,10 +42,7 @@ import numpy.typing as npt
 from lmserve.server.backends.base import FloatArray, LanguageModelBackend, Vocabulary
 from lmserve.server.backends.feed_groups import feed_in_groups
 from lmserve.server.backends.interpolated import InterpolatedBackend
-from lmserve.server.backends.kv_stepping import KvStepper
-from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.recurrent import RecurrentBackend, RecurrentState
-from lmserve.server.backends.transformer import TransformerBackend
 from lmserve.server.errors import Unimplemented
 
 IndexArray = npt.NDArray[np.int64]
@@ -260,9 +258,11 @@ class InterpolatedStepper:
     as `InterpolatedBackend` scores; the state is the tuple of the components' states.
     """
 
-    def __init__(self, backend: InterpolatedBackend) -> None:
+    def __init__(self, backend: InterpolatedBackend, parts: Sequence[Stepper]) -> None:
+        if len(parts) != len(backend.components):
+            raise ValueError(f"{len(parts)} steppers for {len(backend.components)} components")
         self.backend = backend
-        self.parts = [make_stepper(b) for b in backend.components]
+        self.parts = list(parts)
         # Mostly outside the GIL when a neural component dominates the step.
         self.releases_gil = any(p.releases_gil for p in self.parts)
         self.costly_prompts = any(p.costly_prompts for p in self.parts)
@@ -321,17 +321,3 @@ class InterpolatedStepper:
 
     def select(self, state: InterpolatedState, rows: npt.ArrayLike) -> InterpolatedState:
         return tuple(p.select(s, rows) for p, s in zip(self.parts, state, strict=True))
-
-
-def make_stepper(backend: LanguageModelBackend) -> Stepper:
-    """The stepper for a backend: recurrent, transformer (its key/value cache), n-gram
-    (order-1 context), interpolated, or any."""
-    if isinstance(backend, RecurrentBackend):
-        return RecurrentStepper(backend)
-    if isinstance(backend, TransformerBackend):
-        return KvStepper(backend)
-    if isinstance(backend, NgramModel):
-        return ContextStepper(backend, max_context=backend.order - 1)
-    if isinstance(backend, InterpolatedBackend):
-        return InterpolatedStepper(backend)
-    return ContextStepper(backend)

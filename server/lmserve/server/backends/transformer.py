@@ -29,10 +29,10 @@ import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
 from lmserve.server.backends.onnx import OnnxOptions, open_session
+from lmserve.server.backends.positions import Positions
 from lmserve.server.backends.segments import segment_sums
-from lmserve.server.errors import InvalidArgument, ModelLoadError, Unimplemented
-from lmserve.server.manifest import ModelManifest
-from lmserve.server.pretrained_manifest import read_json_object
+from lmserve.server.errors import ModelLoadError, Unimplemented
+from lmserve.server.manifest import ModelManifest, read_json_object
 
 Floats = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.int64]
@@ -107,16 +107,6 @@ def log_softmax(logits: Floats, size: int) -> Floats:
     return out
 
 
-def check_positions(needed: int, limit: int, what: str) -> None:
-    """The one rule on context length: a text never needs more positions than the model has."""
-    if needed > limit:
-        raise InvalidArgument(
-            what,
-            f"needs {needed} positions (<s> and its tokens), the model has {limit} "
-            "(max_positions): shorten it",
-        )
-
-
 class TransformerBackend:
     """A transformer LM served by ONNX Runtime; keeps no per-request state (natural logs)."""
 
@@ -136,6 +126,11 @@ class TransformerBackend:
     @property
     def max_positions(self) -> int:
         return self.cache.max_positions
+
+    @property
+    def positions(self) -> Positions:
+        """The positions rule (`backends.positions`) at this model's length."""
+        return Positions(self.cache.max_positions)
 
     @classmethod
     def load(
@@ -194,7 +189,7 @@ class TransformerBackend:
         lengths = np.diff(batch.offsets) + (1 if eos else 0)  # inputs = scored positions
         if n and lengths.max() > self.max_positions:  # the front refused these already
             i = int(np.argmax(lengths > self.max_positions))
-            check_positions(int(lengths[i]), self.max_positions, f"texts[{i}]")
+            self.positions.check(int(lengths[i]), f"texts[{i}]")
         token_offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=token_offsets[1:])
         flat = np.zeros(int(token_offsets[-1]), dtype=np.float64)
@@ -294,7 +289,7 @@ class TransformerBackend:
         ids = ([self._vocab.bos_id] if bos else []) + [int(i) for i in context]
         if not ids:
             raise Unimplemented("a transformer needs <s> or a context to predict from")
-        check_positions(len(ids), self.max_positions, "context")
+        self.positions.check(len(ids), "context")
         tokens = np.asarray([ids], dtype=np.int64)
         logits, _ = self.forward(
             tokens,

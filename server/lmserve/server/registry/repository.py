@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,34 +25,18 @@ from pathlib import Path
 from lmserve.server.backends.base import LanguageModelBackend
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.decoding.scoring import Scorer
-from lmserve.server.errors import (
-    ManifestError,
-    ModelLoadError,
-    ModelNotFound,
-    ModelUnavailable,
-    clip,
+from lmserve.server.errors import ModelLoadError, ModelNotFound, ModelUnavailable, clip
+from lmserve.server.families.catalog import (
+    find_model_manifest,
+    load_families,
+    model_components,
+    read_model_manifest,
 )
-from lmserve.server.manifest import (
-    ModelKind,
-    ModelManifest,
-    TokenizerKind,
-    find_manifest,
-    read_manifest,
-    verify_files,
-)
-from lmserve.server.registry.loaders import (
-    RECURRENT_KINDS,
-    LoadContext,
-    LoadedModel,
-    load_backend,
-    load_vocabulary,
-    read_subword_codec,
-)
+from lmserve.server.families.family import LoadContext, LoadedModel, ModelFamily, ServingRules
+from lmserve.server.families.loading import load_model
+from lmserve.server.manifest import ModelManifest, verify_files
 from lmserve.server.settings import Settings
-from lmserve.server.text.char import CharCodec
-from lmserve.server.text.codec import TextCodec, WordCodec
 from lmserve.server.text.vocab import Vocabulary
-from lmserve.server.text.word import WordTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +60,9 @@ class ModelEntry:
     # Whether the model computes without the GIL (ONNX Runtime, torch): a neural model, or a
     # mixture with one.
     neural: bool = False
+    # What serves it (`families`), when it loaded, and the rules its family sets for it.
+    family: ModelFamily | None = None
+    rules: ServingRules = ServingRules()
 
     @property
     def backend(self) -> LanguageModelBackend | None:
@@ -99,6 +85,9 @@ class LoadOptions:
     # False: the vocabulary, codec and manifest only, no model weights (a front whose models
     # compute in engine workers: they load the weights, and report a broken file).
     weights: bool = True
+    # Families served beside the built-in ones (`module:attribute`, the `model_families`
+    # setting), imported by every process that loads models.
+    families: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoadOptions:
@@ -110,42 +99,14 @@ class LoadOptions:
             use_gpu=settings.onnx_use_gpu,
             device_states=settings.onnx_device_states,
         )
-        return cls(onnx, allow_torchscript=settings.allow_torchscript)
+        return cls(
+            onnx,
+            allow_torchscript=settings.allow_torchscript,
+            families=tuple(settings.model_families),
+        )
 
     def without_weights(self) -> LoadOptions:
         return dataclasses.replace(self, weights=False)
-
-
-def make_tokenizer(folder: Path, manifest: ModelManifest) -> WordTokenizer:
-    """The word splitter the manifest asks for (every codec splits words with it first)."""
-    spec = manifest.tokenizer
-    try:
-        return WordTokenizer(lowercase=spec.lowercase, pattern=spec.pattern)
-    except re.error as exc:
-        raise ModelLoadError(str(folder), f"tokenizer.pattern {spec.pattern!r}: {exc}") from exc
-
-
-def make_codec(
-    folder: Path,
-    manifest: ModelManifest,
-    vocab: Vocabulary,
-    subword: TextCodec | None = None,
-) -> TextCodec:
-    """The codec of a model: `subword` (read from a recurrent model's files) or one over the
-    model's vocabulary (word models; mixtures of character models)."""
-    if subword is not None:
-        return subword
-    spec = manifest.tokenizer
-    tokenizer = make_tokenizer(folder, manifest)
-    if spec.kind is TokenizerKind.WORD:
-        # Built once per model: the C word index when the tokenizer's rule allows it.
-        return WordCodec(tokenizer, vocab)
-    if spec.kind is TokenizerKind.CHARACTER and manifest.kind is ModelKind.INTERPOLATED:
-        return CharCodec(vocab, lowercase=spec.lowercase, pattern=spec.pattern)
-    raise ModelLoadError(
-        str(folder / "model.yaml"),
-        f"a {spec.kind.value} tokenizer is not served for {manifest.kind.value} models",
-    )
 
 
 def load_entry(
@@ -161,29 +122,17 @@ def load_entry(
     started = time.perf_counter()
     manifest: ModelManifest | None = None
     try:
-        manifest = read_manifest(folder)
+        _load_families(folder, options.families)
+        manifest = read_model_manifest(folder)
         if options.weights:
             verify_files(folder, manifest)
-        make_tokenizer(folder, manifest)  # a bad pattern fails before anything loads
-        subword = read_subword_codec(folder, manifest)
         components = {
-            e.name: LoadedModel(e.backend, e.manifest, e.vocab)
+            e.name: LoadedModel(e.backend, e.manifest, e.vocab, e.neural)
             for e in (loaded or {}).values()
             if e.vocab is not None and e.manifest is not None
         }
         context = LoadContext(options.onnx, components, allow_torchscript=options.allow_torchscript)
-        backend: LanguageModelBackend | None = None
-        if options.weights:
-            backend = load_backend(
-                folder, manifest, context, vocab=subword.vocab if subword is not None else None
-            )
-            vocab = backend.vocab
-        else:
-            vocab = (
-                subword.vocab if subword is not None else load_vocabulary(folder, manifest, context)
-            )
-        _check_special_tokens(folder, manifest, vocab)
-        codec = make_codec(folder, manifest, vocab, subword)
+        parts = load_model(folder, manifest, context, weights=options.weights)
     except ModelLoadError as exc:
         name = manifest.name if manifest else folder.name
         log.error("model %s failed to load: %s", name, exc)
@@ -197,19 +146,12 @@ def load_entry(
         folder,
         ModelState.READY,
         manifest,
-        scorer=Scorer(backend, codec),
+        scorer=Scorer(parts.backend, parts.codec),
         load_seconds=seconds,
-        neural=_neural(manifest, loaded or {}),
+        neural=parts.neural,
+        family=parts.family,
+        rules=parts.rules,
     )
-
-
-def _neural(manifest: ModelManifest, loaded: dict[str, ModelEntry]) -> bool:
-    """Whether the model computes in ONNX Runtime or torch (a recurrent model, or a mixture
-    with one): such a model's compute releases the GIL."""
-    if manifest.kind is ModelKind.INTERPOLATED:
-        names = [c.get("model") for c in manifest.architecture.get("components", [])]
-        return any(loaded[n].neural for n in names if isinstance(n, str) and n in loaded)
-    return manifest.kind in (*RECURRENT_KINDS, ModelKind.TRANSFORMER)
 
 
 def client_load_error(folder: Path, exc: ModelLoadError) -> str:
@@ -229,23 +171,21 @@ def _shown_path(folder: Path, path: Path) -> str:
     return path.name or folder.name
 
 
-def _is_interpolated(folder: Path) -> bool:
+def _load_families(folder: Path, specs: tuple[str, ...]) -> None:
+    """The `model_families` beside the built-in ones (a spec that names none fails the model
+    with the reason; `ModelRepository.load` refuses to start with it first)."""
     try:
-        return read_manifest(folder).kind is ModelKind.INTERPOLATED
-    except ManifestError:
+        load_families(specs)
+    except ValueError as exc:
+        raise ModelLoadError(str(folder), str(exc)) from exc
+
+
+def has_components(folder: Path) -> bool:
+    """Whether the folder's model is built from others (a mixture), so loads after them."""
+    try:
+        return bool(model_components(folder, read_model_manifest(folder)))
+    except ModelLoadError:
         return False
-
-
-def _check_special_tokens(folder: Path, manifest: ModelManifest, vocab: Vocabulary) -> None:
-    specials = manifest.special_tokens
-    for role, word, model_id in (
-        ("bos", specials.bos, vocab.bos_id),
-        ("eos", specials.eos, vocab.eos_id),
-    ):
-        if vocab.index.get(word) != model_id:
-            raise ModelLoadError(
-                str(folder), f"special token {role}={word!r} is not the model's {role} token"
-            )
 
 
 class ModelRepository:
@@ -265,15 +205,16 @@ class ModelRepository:
         """Loads every subfolder that has a manifest (folders without one are ignored)."""
         if not root.is_dir():
             raise FileNotFoundError(f"model repository {root} is not a directory")
+        load_families((options or LoadOptions()).families)  # ValueError: a bad setting
         entries: dict[str, ModelEntry] = {}
         folders = []
         for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-            if find_manifest(folder) is None:
+            if find_model_manifest(folder) is None:
                 log.warning("ignoring %s: no model.yaml or model.json", folder)
                 continue
             folders.append(folder)
         # Mixtures last: they are built from the models loaded before them.
-        folders.sort(key=_is_interpolated)
+        folders.sort(key=has_components)
         for folder in folders:
             entry = load_entry(folder, options, entries)
             if entry.name in entries:

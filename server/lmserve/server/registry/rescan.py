@@ -20,13 +20,14 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmserve.server.errors import ManifestError
-from lmserve.server.manifest import ModelKind, find_manifest, read_manifest
+from lmserve.server.errors import ModelLoadError
+from lmserve.server.families.catalog import find_model_manifest, model_components
 from lmserve.server.registry.repository import (
     LoadOptions,
     ModelEntry,
     ModelRepository,
     ModelState,
+    has_components,
     load_entry,
 )
 
@@ -51,7 +52,7 @@ class RescanResult:
 def fingerprint(folder: Path) -> str:
     """The manifest's sha256 and every file's size and mtime (cheap: no model file is read)."""
     digest = hashlib.sha256()
-    manifest = find_manifest(folder)
+    manifest = find_model_manifest(folder)
     if manifest is not None:
         try:
             digest.update(hashlib.sha256(manifest.read_bytes()).digest())
@@ -68,7 +69,7 @@ def fingerprint(folder: Path) -> str:
 
 def model_folders(root: Path) -> list[Path]:
     """The subfolders of `root` with a manifest, sorted."""
-    return sorted(p for p in root.iterdir() if p.is_dir() and find_manifest(p) is not None)
+    return sorted(p for p in root.iterdir() if p.is_dir() and find_model_manifest(p) is not None)
 
 
 class RepositoryScanner:
@@ -89,12 +90,12 @@ class RepositoryScanner:
         gone = set(old_by_folder) - set(folders)
         anything = bool(changed or gone)
         # Mixtures last (built from the models before them), rebuilt when anything changed.
-        folders.sort(key=_reads_as_interpolated)
+        folders.sort(key=has_components)
         result = RescanResult(current)
         entries: dict[str, ModelEntry] = {}
         for folder in folders:
             old = old_by_folder.get(folder)
-            mixture = _is_interpolated(old)
+            mixture = _built_from_others(old)
             if old is not None and folder not in changed and not (mixture and anything):
                 entries[old.name] = old
                 continue
@@ -129,12 +130,11 @@ class RepositoryScanner:
         return result
 
 
-def _reads_as_interpolated(folder: Path) -> bool:
-    try:
-        return read_manifest(folder).kind is ModelKind.INTERPOLATED
-    except ManifestError:
+def _built_from_others(entry: ModelEntry | None) -> bool:
+    """Whether a loaded entry is a mixture (rebuilt when any model changed)."""
+    if entry is None or entry.manifest is None:
         return False
-
-
-def _is_interpolated(entry: ModelEntry | None) -> bool:
-    return bool(entry and entry.manifest and entry.manifest.kind is ModelKind.INTERPOLATED)
+    try:
+        return bool(model_components(entry.folder, entry.manifest))
+    except ModelLoadError:
+        return False

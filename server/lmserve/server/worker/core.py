@@ -29,17 +29,19 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend
-from lmserve.server.backends.stepping import Stepper, make_stepper
+from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.detokenize import detokenizer_factory, token_texts
 from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.decoding.scoring import PreparedScoring
+from lmserve.server.families.catalog import make_stepper
 from lmserve.server.registry.repository import ModelEntry
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
 from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.autocomplete.completer import Completer
 from lmserve.server.worker.foreground import Foreground
 from lmserve.server.worker.generation.beam_runner import BeamRunner
+from lmserve.server.worker.generation.context_window import ContextWindow
 from lmserve.server.worker.generation.delivery import Poster
 from lmserve.server.worker.generation.scheduler import GenerationScheduler
 from lmserve.server.worker.generation.sequence import GenerationRequest, GenerationStream
@@ -83,6 +85,11 @@ class EngineCore:
         codec = entry.scorer.codec
         self._detokenizer = detokenizer_factory(codec, self.backend.vocab)
         self.stepper: Stepper = make_stepper(self.backend)
+        rules = entry.rules
+        # Its family's positions and cache, within the model's budget (`context_window`).
+        self.window = ContextWindow(
+            rules.positions, rules.cache_bytes_per_position, limits.generation.max_cache_bytes
+        )
         # Scoring passes and session steps go before generation steps (`foreground`).
         self.foreground = Foreground()
         self.scoring = ScoringQueue(
@@ -96,7 +103,7 @@ class EngineCore:
         )
         self._scheduler: GenerationScheduler | None = None
         self._lock = threading.Lock()
-        self.beams = BeamRunner(self.name, self.stepper, limits.generation)
+        self.beams = BeamRunner(self.name, self.stepper, limits.generation, self.window)
         manifest = entry.manifest
         self.completer = Completer(
             self.name,
@@ -106,7 +113,7 @@ class EngineCore:
             limits.sessions,
             stats,
             lowercase=bool(manifest and manifest.tokenizer.lowercase),
-            max_context_tokens=_context_limit(self.stepper, limits.requests.max_tokens_per_text),
+            max_context_tokens=rules.positions.text_tokens(limits.requests.max_tokens_per_text),
             foreground=self.foreground,
         )
 
@@ -178,6 +185,7 @@ class EngineCore:
                     self._detokenizer,
                     poster=self._poster,
                     foreground=self.foreground,
+                    window=self.window,
                 )
             return self._scheduler
 
@@ -221,9 +229,3 @@ class EngineCore:
         deadline = time.monotonic() + timeout
         for part in (self.scoring, self.completer, self.beams):
             part.join(max(0.0, deadline - time.monotonic()))
-
-
-def _context_limit(stepper: Stepper, max_tokens_per_text: int) -> int:
-    """Tokens a Complete session's context may hold: a transformer's positions less `<s>`."""
-    positions = getattr(stepper, "max_positions", None)
-    return max_tokens_per_text if positions is None else min(max_tokens_per_text, positions - 1)

@@ -45,7 +45,7 @@ def ngram_vocabulary(folder: Path, manifest: ModelManifest) -> Vocabulary:
     """The model's vocabulary without its tables (a front that only tokenizes): a binary's
     word list from its memory map (the tables' pages are never read), or an ARPA file's
     unigrams (read once and dropped). The same ids `NgramModel` gives."""
-    if manifest.format is ModelFormat.NGRAM_BINARY:
+    if manifest.format == ModelFormat.NGRAM_BINARY:
         try:
             words = load_tables(manifest.file_path(folder, "model")).vocab
         except BinaryVersionError:

@@ -27,7 +27,6 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend, Vocabulary
-from lmserve.server.backends.transformer import check_positions
 from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory, token_texts
 from lmserve.server.decoding.scoring import (
@@ -38,7 +37,6 @@ from lmserve.server.decoding.scoring import (
     check_token_count,
 )
 from lmserve.server.errors import Unimplemented
-from lmserve.server.manifest import ModelKind
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
@@ -153,13 +151,11 @@ class ServedModel:
         self._metrics = metrics
         # A model that computes without the GIL (ONNX Runtime, torch) is neural.
         self.neural = entry.neural
-        # A transformer reads a whole batch in one pass and shares the rows' common prefix
-        # through its cache there: stepping a prefix trie token by token would cost more.
-        self.one_pass_rerank = (
-            entry.manifest is not None and entry.manifest.kind is ModelKind.TRANSFORMER
-        )
-        positions = entry.manifest.architecture.get("max_positions") if entry.manifest else None
-        self.max_positions: int | None = positions if self.one_pass_rerank else None
+        # How long its texts may be, and how Rerank runs on it: its family's rules.
+        self.positions = entry.rules.positions
+        self.rerank_feeds_prefixes = entry.rules.rerank_feeds_prefixes
+        # Whether a text's first token is scored given `<s>` (its family's rule).
+        self.reads_from_start = entry.rules.reads_from_start
 
     @property
     def backend(self) -> LanguageModelBackend:
@@ -253,27 +249,19 @@ class ServedModel:
         return await asyncio.to_thread(run)
 
     @property
-    def reads_from_start(self) -> bool:
-        """Whether the model reads every text from `<s>`, the start it was trained to be
-        conditioned on (n-gram and recurrent models: a first token is scored given `<s>`),
-        rather than only the ids it is given (a transformer, whose positions are bounded: a
-        first token with nothing before it has no log-prob)."""
-        return self.max_positions is None
-
-    @property
     def max_text_tokens(self) -> int:
-        """Tokens one text may have: the request limit, and a transformer's positions less
-        its `<s>` (what tokenizer endpoints report as the model's length)."""
-        limit = self.limits.requests.max_tokens_per_text
-        return limit if self.max_positions is None else min(limit, self.max_positions - 1)
+        """Tokens one text may have: the request limit, and the model's positions less its
+        `<s>` (what tokenizer endpoints report as the model's length)."""
+        return self.positions.text_tokens(self.limits.requests.max_tokens_per_text)
 
     def _within_positions(self, prepared: PreparedScoring, field: str) -> PreparedScoring:
-        """A transformer's texts must each fit its positions (`<s>` and the scored tokens):
-        refused here, by the request's own index, before any work is queued."""
-        if self.max_positions is not None:
-            extra = 1 if prepared.options.eos else 0
+        """Texts must each fit the model's positions: `<s>` and every token read before the
+        last scored one (`</s>` when it is scored). Refused here, by the request's own index,
+        before any work is queued."""
+        if self.positions.limit is not None:
+            read = 1 if prepared.options.eos else 0  # `<s>`, less the last token if unscored
             for i, count in enumerate(np.diff(prepared.batch.offsets).tolist()):
-                check_positions(count + extra, self.max_positions, f"{field}[{i}]")
+                self.positions.check(count + read, f"{field}[{i}]")
         return prepared
 
     async def score_prepared(
@@ -294,9 +282,9 @@ class ServedModel:
         share prefixes: a neural model feeds each distinct prefix once (`EngineCore.
         prefix_totals`); an n-gram model scores every position (lookups cost less than
         sharing), and so does a transformer (one pass; a prefix every hypothesis shares is
-        read once through the cache, `backends.transformer`)."""
+        read once through the cache, `backends.transformer`): the family says which."""
         prepared = await self.prepare(texts, options)
-        if not self.neural or self.one_pass_rerank:
+        if not self.rerank_feeds_prefixes:
             scored = await self.score_prepared(prepared, deadline)
             tokens = prepared.scored_tokens
             return LmScores(scored.log_probs, prepared.lengths, scored.oov_counts, tokens, tokens)

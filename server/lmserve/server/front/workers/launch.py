@@ -19,8 +19,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmserve.server.manifest import ModelKind, find_manifest, read_manifest
-from lmserve.server.registry.loaders import interpolation_components
+from lmserve.server.families.catalog import (
+    find_model_manifest,
+    model_components,
+    read_model_manifest,
+)
 from lmserve.server.registry.repository import LoadOptions
 from lmserve.server.settings import Settings
 from lmserve.server.shared import protocol
@@ -117,28 +120,34 @@ def handshake(launched: Launched, timeout: float) -> None:
 
 
 def model_folders(folder: Path) -> tuple[Path, ...]:
-    """The folders a worker loads for the model in `folder`: a mixture's components (found
-    beside it by name, recursively) first, the model last."""
-    if read_manifest(folder).kind is not ModelKind.INTERPOLATED:
-        return (folder,)
-    siblings: dict[str, Path] = {}
-    for sibling in sorted(p for p in folder.parent.iterdir() if p.is_dir()):
-        if find_manifest(sibling) is not None:
-            with contextlib.suppress(Exception):  # a broken sibling is no component
-                siblings.setdefault(read_manifest(sibling).name, sibling)
+    """The folders a worker loads for the model in `folder`: the models it is built from (a
+    mixture's components, found beside it by name, recursively) first, the model last."""
+    siblings: dict[str, Path] | None = None
     out: list[Path] = []
 
     def add(model: Path) -> None:
-        manifest = read_manifest(model)
-        if manifest.kind is ModelKind.INTERPOLATED:
-            for name, _ in interpolation_components(model, manifest):
-                if name in siblings:
-                    add(siblings[name])
+        nonlocal siblings
+        names = model_components(model, read_model_manifest(model))
+        if names and siblings is None:
+            siblings = _models_beside(folder)
+        for name in names:
+            if siblings is not None and name in siblings:
+                add(siblings[name])
         if model not in out:
             out.append(model)
 
     add(folder)
     return tuple(out)
+
+
+def _models_beside(folder: Path) -> dict[str, Path]:
+    """The model folders beside `folder`, by model name (a broken one is nobody's component)."""
+    siblings: dict[str, Path] = {}
+    for sibling in sorted(p for p in folder.parent.iterdir() if p.is_dir()):
+        if find_model_manifest(sibling) is not None:
+            with contextlib.suppress(Exception):
+                siblings.setdefault(read_model_manifest(sibling).name, sibling)
+    return siblings
 
 
 def wait_exit(process: subprocess.Popen[bytes], timeout: float) -> int | None:

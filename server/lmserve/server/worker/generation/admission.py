@@ -46,7 +46,7 @@ class Admission:
         """Queues `stream`, or raises Overloaded when it would make more than
         `max_queued_requests` wait (RequestTooLarge when its cache could never fit).
         `occupied`: slots held by running or prefilling samples; `cache_bytes`: their cache."""
-        self.window.check_stream(stream)
+        self.window.check(self._reserved(stream))
         self.waiting.append(stream)
         queued = len(self.waiting) - self._admissible(occupied, cache_bytes)
         if queued > self.limits.max_queued_requests:
@@ -77,7 +77,7 @@ class Admission:
         free_bytes = budget - cache_bytes if budget else math.inf
         taken = count = 0
         for stream in self.waiting:
-            need = self.window.stream_bytes(stream)
+            need = self._reserved(stream)
             if (stream.samples > free or need > free_bytes) and (taken or occupied):
                 break
             count += 1
@@ -86,3 +86,9 @@ class Admission:
                 free -= stream.samples
                 free_bytes -= need
         return count
+
+    def _reserved(self, stream: GenerationStream) -> int:
+        """The cache a waiting stream reserves, all its samples (0 without a budget)."""
+        if not self.window.max_cache_bytes:
+            return 0
+        return stream.request.cache_bytes(self.window, stream.samples)

@@ -68,12 +68,18 @@ class _Job:
 class BeamRunner:
     """Runs one model's beam searches; see the module docstring."""
 
-    def __init__(self, model: str, stepper: Stepper, limits: GenerationLimits) -> None:
+    def __init__(
+        self,
+        model: str,
+        stepper: Stepper,
+        limits: GenerationLimits,
+        window: ContextWindow | None = None,
+    ) -> None:
         self.model = model
         self.stepper = stepper
         self.limits = limits
-        # A transformer's searches stop at its last position (`context_window`).
-        self.window = ContextWindow.of(stepper, limits.max_cache_bytes)
+        # Searches stop at the model's last position (`context_window`, from its family).
+        self.window = window or ContextWindow()
         self._waiting: deque[_Job] = deque()
         self._running: set[_Job] = set()
         self._cond = threading.Condition()

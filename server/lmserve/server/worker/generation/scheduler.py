@@ -85,6 +85,7 @@ class GenerationScheduler:
         *,
         poster: Poster | None = None,
         foreground: Foreground | None = None,
+        window: ContextWindow | None = None,
     ) -> None:
         self.model = model
         self.stepper = stepper
@@ -95,8 +96,8 @@ class GenerationScheduler:
         make_detokenizer = detokenizer or (lambda: WordDetokenizer(vocab))
         self._batch = RunningBatch(model, stepper, vocab, make_detokenizer, stats)
         self._prefill = Prefill(stepper, vocab.bos_id, limits.prefill_chunk_tokens)
-        # A transformer's positions and cache budget (`context_window`); none for others.
-        self.window = ContextWindow.of(stepper, limits.max_cache_bytes)
+        # The model's positions and cache budget (`context_window`, from its family).
+        self.window = window or ContextWindow()
         self._admission = Admission(model, limits, self._retry_after, self.window)
         self._parking = Parking(limits.max_unread_events, self._wake, stats)
         self._cond = threading.Condition()
@@ -194,9 +195,9 @@ class GenerationScheduler:
         if not window.max_cache_bytes:
             return 0
         running = list(self._batch.sequences) + self._parking.sequences
-        held = sum(window.request_bytes(s.request, 1) for s in running)
+        held = sum(s.request.cache_bytes(window, 1) for s in running)
         reading = list(self._prefill.pending)
-        held += sum(window.stream_bytes(r.stream) for r in reading)
+        held += sum(r.stream.request.cache_bytes(window, r.stream.samples) for r in reading)
         self.stats.cache_bytes_reserved = held
         return held
 

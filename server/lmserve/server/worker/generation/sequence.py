@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmserve.server.decoding.stopping import FinishReason
+from lmserve.server.worker.generation.context_window import ContextWindow
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,12 @@ class GenerationRequest:
     params: Any
     deadline: float | None = None
     arrived: float = field(default_factory=time.perf_counter)
+
+    def cache_bytes(self, window: ContextWindow, samples: int) -> int:
+        """The cache `samples` of its samples may reach (`context_window`; 0 without a
+        budget)."""
+        stopping = self.params.stopping
+        return window.request_bytes(len(self.prompt_ids), stopping.max_new_tokens, samples)
 
 
 class GenerationStream:

@@ -9,10 +9,12 @@ token for both), else from `tokenizer_config.json`; the unknown token from the t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from lmserve.server.backends.transformer import CacheShape
 from lmserve.server.errors import ManifestError
 from lmserve.server.manifest import (
     FileEntry,
@@ -23,6 +25,8 @@ from lmserve.server.manifest import (
     SpecialTokensSpec,
     TokenizerKind,
     TokenizerSpec,
+    read_json_object,
+    validation_problems,
 )
 
 GRAPH = "model.onnx"
@@ -33,17 +37,6 @@ TOKENIZER = "tokenizer.json"
 def is_optimum_folder(folder: Path) -> bool:
     """A folder an ONNX export of a causal LM left: a graph, its config and its tokenizer."""
     return all((folder / name).is_file() for name in (GRAPH, CONFIG, TOKENIZER))
-
-
-def read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON file holding an object (config.json, tokenizer.json...), or ManifestError."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(str(path), "unreadable JSON", f"{exc}") from exc
-    if not isinstance(data, dict):
-        raise ManifestError(str(path), "is not a JSON object")
-    return data
 
 
 def _token_name(entry: Any) -> str | None:
@@ -94,8 +87,6 @@ def special_tokens(folder: Path, config: dict[str, Any]) -> SpecialTokensSpec:
 
 def architecture(config: dict[str, Any], where: str) -> dict[str, Any]:
     """What GetModel reports of a transformer, from its config.json."""
-    from lmserve.server.backends.transformer import CacheShape
-
     try:
         cache = CacheShape.from_config(config, where)
     except Exception as exc:  # ModelLoadError: a key the config lacks
@@ -141,3 +132,14 @@ def pretrained_manifest(
         architecture=architecture(config, str(folder / CONFIG)),
         provenance=provenance or Provenance(source=f"optimum ONNX export ({folder.name})"),
     )
+
+
+def optimum_manifest(folder: Path) -> ModelManifest:
+    """The manifest of a folder an optimum export wrote (no model.yaml), named after the
+    folder."""
+    try:
+        return pretrained_manifest(folder, name=folder.name)
+    except ValidationError as exc:
+        raise ManifestError(
+            str(folder / CONFIG), f"cannot serve this folder: {validation_problems(exc)}"
+        ) from exc
