@@ -48,7 +48,8 @@ def register(family: ModelFamily) -> None:
         taken = set(known.kinds) & set(family.kinds)
         if taken:
             raise ValueError(
-                f"family {family.name!r}: kind {sorted(taken)[0]!r} is {known.name!r}'s already"
+                f"family {family.name!r}: kind '{sorted(taken)[0]}' is served by the "
+                f"{known.name!r} family already"
             )
     _FAMILIES.append(family)
 
