@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc import aio
 
+from lmserve.server.api.grpc_types import Context, Interceptor, MethodHandler
 from lmserve.server.errors import Unauthenticated
 from lmserve.server.settings import Settings
 
@@ -75,7 +75,7 @@ def bearer_problem(value: str | None, expected: bytes) -> str | None:
     return None
 
 
-class AuthInterceptor(aio.ServerInterceptor):
+class AuthInterceptor(Interceptor):
     """Refuses every RPC without `authorization: Bearer <token>` (UNAUTHENTICATED), except the
     health service when `health_open` (probes carry no token). Goes after ServingInterceptor,
     which answers and counts the `errors.Unauthenticated` its handlers raise; refused calls
@@ -97,9 +97,9 @@ class AuthInterceptor(aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[MethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler:
         problem = self._allowed(handler_call_details)
         handler = await continuation(handler_call_details)
         if problem is None or handler is None:
@@ -108,14 +108,14 @@ class AuthInterceptor(aio.ServerInterceptor):
         return _refusing(handler, problem)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, problem: str) -> grpc.RpcMethodHandler:
+def _refusing(handler: MethodHandler, problem: str) -> MethodHandler:
     """A handler of the same kind as `handler` that raises Unauthenticated, reading nothing
     (ServingInterceptor counts it, then answers UNAUTHENTICATED)."""
 
-    async def refuse(request: Any, context: aio.ServicerContext) -> Any:
+    async def refuse(request: Any, context: Context) -> Any:
         raise Unauthenticated(problem)
 
-    async def refuse_stream(request: Any, context: aio.ServicerContext) -> Any:
+    async def refuse_stream(request: Any, context: Context) -> Any:
         raise Unauthenticated(problem)
         yield  # an async generator, as streaming handlers are
 

@@ -24,12 +24,13 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 __all__ = ["SERVICE_NAME", "HealthServicer", "model_service_name", "publish_health"]
 
 
-class HealthServicer(_GrpcHealthServicer):
+# grpcio-health-checking ships no type hints: its servicer is Any to mypy.
+class HealthServicer(_GrpcHealthServicer):  # type: ignore[misc]
     """grpcio's asyncio health servicer with `List` (its own raises NotImplementedError)."""
 
     def serving(self, service: str = "") -> bool:
         """Whether `service` is SERVING now (the HTTP front's /healthz asks)."""
-        return self._server_status.get(service) == SERVING
+        return bool(self._server_status.get(service) == SERVING)
 
     async def List(
         self, request: health_pb2.HealthListRequest, context: Any

@@ -29,6 +29,7 @@ import grpc
 from grpc import aio
 
 from lmserve.server import errors
+from lmserve.server.api.grpc_types import Context, Interceptor, MethodHandler
 from lmserve.server.api.observed_call import CallObserver
 from lmserve.server.api.status_details import overload_status
 from lmserve.server.call_context import current_call
@@ -69,7 +70,7 @@ def status_code(exc: errors.LmServeError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-class ServingInterceptor(aio.ServerInterceptor):
+class ServingInterceptor(Interceptor):
     """Wraps every handler: request id, deadline check, error mapping, request metrics and
     (with `access_log`) one INFO line per RPC on the `lmserve.access` logger."""
 
@@ -80,15 +81,15 @@ class ServingInterceptor(aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[MethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
         wrap = self._wrap_unary if not handler.response_streaming else self._wrap_streaming
-        factory: Callable[..., grpc.RpcMethodHandler]
+        factory: Callable[..., MethodHandler]
         behavior: Callable[..., Any]
         if handler.unary_unary:
             factory, behavior = grpc.unary_unary_rpc_method_handler, handler.unary_unary
@@ -110,7 +111,7 @@ class ServingInterceptor(aio.ServerInterceptor):
         )
 
     @contextlib.asynccontextmanager
-    async def _serving(self, method: str, context: aio.ServicerContext) -> AsyncIterator[None]:
+    async def _serving(self, method: str, context: Context) -> AsyncIterator[None]:
         """Around one RPC: the deadline check, in-flight gauge, error mapping and metrics.
 
         A failed RPC is counted before its status is sent: a caller that scrapes /metrics as
@@ -130,7 +131,7 @@ class ServingInterceptor(aio.ServerInterceptor):
             call.finish(grpc.StatusCode.OK.name)  # no-op after a failure
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        async def wrapped(request: Any, context: aio.ServicerContext) -> Any:
+        async def wrapped(request: Any, context: Context) -> Any:
             async with self._serving(method, context):
                 return await behavior(request, context)
 
@@ -140,7 +141,7 @@ class ServingInterceptor(aio.ServerInterceptor):
         if not inspect.isasyncgenfunction(behavior):
             return self._wrap_unary(method, behavior)  # writes with context.write
 
-        async def wrapped(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+        async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
             async with self._serving(method, context):
                 async for response in behavior(request, context):
                     yield response
@@ -148,7 +149,7 @@ class ServingInterceptor(aio.ServerInterceptor):
         return wrapped
 
 
-def _metadata_value(context: aio.ServicerContext, key: str) -> str | None:
+def _metadata_value(context: Context, key: str) -> str | None:
     """The first value of an ASCII metadata key the caller sent, if any."""
     for item in context.invocation_metadata() or ():
         if item[0] == key:
@@ -245,13 +246,13 @@ def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any],
     return serialize
 
 
-def _check_deadline(context: aio.ServicerContext) -> None:
+def _check_deadline(context: Context) -> None:
     remaining = context.time_remaining()
     if remaining is not None and remaining <= 0:
         raise errors.DeadlineExceeded("the deadline passed before the work started")
 
 
-def _code_for(exc: BaseException, context: aio.ServicerContext) -> grpc.StatusCode:
+def _code_for(exc: BaseException, context: Context) -> grpc.StatusCode:
     if isinstance(exc, errors.LmServeError):
         return status_code(exc)
     if isinstance(exc, aio.AbortError):
@@ -267,7 +268,7 @@ async def _answer_failure(
     method: str,
     exc: BaseException,
     code: grpc.StatusCode,
-    context: aio.ServicerContext,
+    context: Context,
     trailing: tuple[tuple[str, str], ...],
 ) -> None:
     """Aborts the RPC with the mapped status (the request id in its trailing metadata);

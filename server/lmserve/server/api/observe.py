@@ -13,9 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from grpc import aio
-
 from lmserve.server.api.auth import AuthInterceptor
+from lmserve.server.api.grpc_types import Interceptor
 from lmserve.server.api.interceptors import ServingInterceptor
 from lmserve.server.metrics import Metrics
 from lmserve.server.settings import Settings
@@ -39,10 +38,10 @@ def _otel(module_name: str) -> Any:
         ) from None
 
 
-def tracing_interceptor() -> aio.ServerInterceptor:
+def tracing_interceptor() -> Interceptor:
     """OpenTelemetry's aio server interceptor (each RPC a span, on the global tracer provider).
     Raises TracingUnavailable, in one line, when the `otel` extra is missing."""
-    interceptor: aio.ServerInterceptor = _otel(OTEL_MODULE).aio_server_interceptor()
+    interceptor: Interceptor = _otel(OTEL_MODULE).aio_server_interceptor()
     return interceptor
 
 
@@ -59,10 +58,10 @@ def access_log_enabled(settings: Settings) -> bool:
 
 def server_interceptors(
     settings: Settings, metrics: Metrics, token: str | None, front: int = 0
-) -> list[aio.ServerInterceptor]:
+) -> list[Interceptor]:
     """The interceptors for `grpc.aio.server`, outermost first (`front`: which front process)."""
     access = access_log_enabled(settings)
-    chain: list[aio.ServerInterceptor] = []
+    chain: list[Interceptor] = []
     if settings.otel_tracing:
         chain.append(tracing_interceptor())
     chain.append(ServingInterceptor(metrics, access_log=access, front=front))

@@ -196,7 +196,7 @@ def _typical_set(weights: LogitArray, typical: FloatArray) -> BoolArray:
     bound = ranked[rows, lo][:, None]
     closer = distance < bound
     ties = distance == bound
-    keep = closer | ties
+    keep: npt.NDArray[np.bool_] = closer | ties
     # Tokens at the bound are kept in id order while the mass before them is < typical_p.
     crowded = np.flatnonzero(ties.sum(axis=1) > 1)
     if len(crowded):

@@ -96,7 +96,7 @@ def draw_cumulative(weights: LogitArray, uniforms: FloatArray) -> IdArray:
     cum = np.cumsum(weights, axis=1, dtype=np.float64)
     target = uniforms[:, None] * cum[:, -1:]
     index = (cum < target).sum(axis=1)
-    return np.minimum(index, weights.shape[1] - 1).astype(np.int64)
+    return np.asarray(np.minimum(index, weights.shape[1] - 1), dtype=np.int64)
 
 
 def filtered_probs(
@@ -117,4 +117,4 @@ def filtered_probs(
         c2, w2, _ = truncate_sorted(tempered[i : i + 1], [params[i]], x.shape[1])
         out[i] = 0.0
         out[i, c2[0]] = w2[0]
-    return out / out.sum(axis=1, keepdims=True)
+    return np.asarray(out / out.sum(axis=1, keepdims=True), dtype=np.float64)

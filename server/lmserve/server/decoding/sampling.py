@@ -299,7 +299,7 @@ def _choose(logits: LogitArray, row_max: LogitArray, rows: Sequence[SequenceSamp
         uniforms = np.array([1.0 - r.rng.random() for r in rows])
         return _sample_rows(logits, row_max, [r.params for r in rows], uniforms)
     if all(greedy):
-        return logits.argmax(axis=1).astype(np.int64)
+        return np.asarray(logits.argmax(axis=1), dtype=np.int64)
     chosen = np.empty(len(rows), dtype=np.int64)
     g = np.flatnonzero(greedy)
     chosen[g] = logits[g].argmax(axis=1)

@@ -238,7 +238,8 @@ async def start_server(
         count = sum(e.state is state for e in models.entries())
         metrics.models.labels(state=state.value).set(count)
     servicer = LanguageModelServicer(models, metrics)
-    lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)
+    # The generated grpc module has no annotations (`make proto` writes no stubs for it).
+    lm_service_pb2_grpc.add_LanguageModelServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     await publish_health(health, models.entries())
     freeze_long_lived()  # models and gRPC are loaded: later full collections skip them

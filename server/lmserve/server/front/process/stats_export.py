@@ -140,7 +140,8 @@ def _add_histogram(
     total = 0
     for bound, count in zip((*histogram.bounds, float("inf")), list(histogram.counts), strict=True):
         total += count
-        buckets.append((floatToGoString(bound), total))
+        # prometheus_client's own label format for bounds (unannotated there).
+        buckets.append((floatToGoString(bound), total))  # type: ignore[no-untyped-call]
     family.add_metric([model], buckets, histogram.sum)  # _bucket..., _count, _sum
     if created is not None:
         family.samples.append(Sample(family.name + "_created", {"model": model}, created))
