@@ -31,7 +31,7 @@ def settings_page() -> str:
     comments = field_comments(Settings)
     rows = []
     for name, field in Settings.model_fields.items():
-        default = field.get_default()
+        default = field.get_default(call_default_factory=True)
         shown = "unset" if default is None else f"`{default}`"
         kind = str(field.annotation).replace("typing.", "").replace("|", "\\|")
         help_text = " ".join(comments.get(name, "").split()).replace("|", "\\|")
