@@ -23,15 +23,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend
 from lmserve.server.backends.stepping import Stepper
+from lmserve.server.decoding.beam import Hypothesis
 from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.detokenize import detokenizer_factory, token_texts
+from lmserve.server.decoding.params import BeamParams
 from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.families.catalog import make_stepper
@@ -199,8 +200,8 @@ class EngineCore:
         return self.scheduler.submit(request, stream)
 
     async def beam_search(
-        self, prompt_ids: Sequence[int], params: Any, deadline: float | None
-    ) -> list[Any]:
+        self, prompt_ids: Sequence[int], params: BeamParams, deadline: float | None
+    ) -> list[Hypothesis]:
         """The n best continuations, on the model's beam threads (`BeamRunner`): stopped
         within a step when the caller leaves or the deadline passes."""
         return await self.beams.run(prompt_ids, params, deadline)

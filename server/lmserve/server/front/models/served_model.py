@@ -21,14 +21,16 @@ import asyncio
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, LanguageModelBackend, Vocabulary
+from lmserve.server.decoding.beam import Hypothesis
 from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory, token_texts
+from lmserve.server.decoding.params import BeamParams, GenerateParams
 from lmserve.server.decoding.scoring import (
     PreparedScoring,
     ScoredTexts,
@@ -81,8 +83,8 @@ class ModelEngine(Protocol):
     def generate(self, request: GenerationRequest) -> GenerationStream: ...
 
     async def beam_search(
-        self, prompt_ids: Sequence[int], params: Any, deadline: float | None
-    ) -> list[Any]: ...
+        self, prompt_ids: Sequence[int], params: BeamParams, deadline: float | None
+    ) -> list[Hypothesis]: ...
 
     async def complete(self, edit: CompleteEdit) -> CompleteAnswer: ...
 
@@ -339,15 +341,15 @@ class ServedModel:
         return self.codec.token_names(text, ids)
 
     def generate(
-        self, prompt_ids: list[int], params: Any, deadline: float | None
+        self, prompt_ids: list[int], params: GenerateParams, deadline: float | None
     ) -> GenerationStream:
         """Queues a Generate request on the engine; Overloaded when the model's queue is
         full (raised here, or by the stream when the engine is another process)."""
         return self.engine.generate(GenerationRequest(prompt_ids, params, deadline))
 
     async def beam_search(
-        self, prompt_ids: list[int], params: Any, deadline: float | None
-    ) -> list[Any]:
+        self, prompt_ids: list[int], params: BeamParams, deadline: float | None
+    ) -> list[Hypothesis]:
         """The n best continuations: stopped within a step when the caller leaves or the
         deadline passes."""
         return await self.engine.beam_search(prompt_ids, params, deadline)

@@ -10,8 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from lmserve.server.backends.base import BatchScores
+from lmserve.server.decoding.beam import Hypothesis
 from lmserve.server.decoding.bias import BiasMatch
+from lmserve.server.decoding.params import BeamParams
 from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.front.workers.connection import WorkerConnection
 from lmserve.server.shared import protocol as p
@@ -26,7 +31,9 @@ class EngineCalls:
     def _live(self) -> WorkerConnection:
         raise NotImplementedError
 
-    async def score(self, prepared: PreparedScoring, deadline: float | None = None) -> Any:
+    async def score(
+        self, prepared: PreparedScoring, deadline: float | None = None
+    ) -> BatchScores:
         work = p.scoring_work(prepared)
         reply = await self._live().call(lambda rid: p.ScoreCall(rid, work, deadline))
         return BatchScores(
@@ -52,7 +59,11 @@ class EngineCalls:
         return response
 
     async def prefix_totals(
-        self, ids: Any, offsets: Any, *, eos: bool, deadline: float | None = None
+        self,
+        ids: npt.NDArray[np.integer],
+        offsets: npt.NDArray[np.integer],
+        *,
+        eos: bool, deadline: float | None = None
     ) -> PrefixTotals:
         call = p.PrefixTotalsCall
         reply = await self._live().call(
@@ -64,11 +75,12 @@ class EngineCalls:
         return self._live().open_stream(request)
 
     async def beam_search(
-        self, prompt_ids: Sequence[int], params: Any, deadline: float | None
-    ) -> list[Any]:
+        self, prompt_ids: Sequence[int], params: BeamParams, deadline: float | None
+    ) -> list[Hypothesis]:
         ids = [int(i) for i in prompt_ids]
         reply = await self._live().call(lambda rid: p.BeamSearchCall(rid, ids, params, deadline))
-        return list(reply.hypotheses)
+        hypotheses: list[Hypothesis] = reply.hypotheses
+        return list(hypotheses)
 
     async def complete(self, edit: CompleteEdit) -> CompleteAnswer:
         reply = await self._live().call(lambda rid: p.CompleteCall(rid, edit))

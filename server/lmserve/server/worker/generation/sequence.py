@@ -15,8 +15,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from lmserve.server.decoding.params import GenerateParams
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.worker.generation.context_window import ContextWindow
 
@@ -65,7 +65,7 @@ class GenerationRequest:
     `deadline` is a `time.monotonic()` instant after which the request is cancelled."""
 
     prompt_ids: list[int]
-    params: Any
+    params: GenerateParams
     deadline: float | None = None
     arrived: float = field(default_factory=time.perf_counter)
 
