@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import kenlm  # the independent cross-check (a dev dependency)
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
@@ -27,8 +28,6 @@ from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import CharCodec, escape_token
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
-
-kenlm = pytest.importorskip("kenlm")
 
 TRAIN = [
     "in the beginning god created the heaven and the earth",

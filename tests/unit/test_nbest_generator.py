@@ -65,7 +65,6 @@ def test_confusions_are_close_vocabulary_words(make_nbest: ModuleType) -> None:
 
 
 def test_acoustic_only_wer_is_well_above_oracle(make_nbest: ModuleType) -> None:
-    pytest.importorskip("jiwer")
     import json
 
     records = [json.loads(line) for line in COMMITTED.read_text().splitlines()]

@@ -24,8 +24,6 @@ from lmserve.server.backends.ngram.tables import NgramTables
 from lmserve.server.errors import ArpaFormatError
 from lmserve.server.text.word import encode_token_lists
 
-pytest.importorskip("lmserve.server.backends.ngram._arpa_import")
-
 LN10 = math.log(10.0)
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ngram"
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import kenlm  # the independent cross-check (a dev dependency)
 import numpy as np
 import pytest
 
@@ -26,8 +27,6 @@ from lmserve.export.ngram.smoothing import (
 from lmserve.export.ngram.vocab import encode_corpus, select_vocabulary
 from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.text.word import WordTokenizer
-
-kenlm = pytest.importorskip("kenlm")  # the independent cross-check (a dev dependency)
 
 TOY = [["a", "b", "a"], ["b", "a"]]
 
