@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from lmserve.server.api import convert, generation
 from lmserve.server.api.bias import StreamBias
@@ -31,15 +31,12 @@ from lmserve.server.decoding.perplexity import PerplexityAccumulator
 from lmserve.server.decoding.scored import ScoredTexts
 from lmserve.server.decoding.scoring import ScoreOptions
 from lmserve.server.errors import (
-    DeadlineExceeded,
     InvalidArgument,
 )
 from lmserve.server.front.models.biasing import bias_matches
 from lmserve.server.front.models.served_model import ServedModel, TextInput
 from lmserve.server.front.models.served_models import ServedModels
 from lmserve.server.metrics import Metrics
-from lmserve.server.worker.generation.sequence import Event, MessageRenderer
-from lmserve.server.worker.replies.generate import ended_by_deadline, serialized_chunk
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -185,9 +182,8 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
             prompt = self._prompt(served, request.prompt, request.prompt_token_ids)
             deadline = _deadline(context)
             stream = served.generate(prompt, params, deadline)
-            render = generation_messages(words, params, deadline)
             try:
-                async for messages in stream.messages(render):
+                async for messages in stream.messages():
                     for message in messages:
                         yield message
             finally:
@@ -265,15 +261,3 @@ def _check_same_options(
     """Later corpus messages may leave options empty, or must repeat the first's."""
     if message.HasField("options") and message.options != first_options:
         raise InvalidArgument("options", "changed mid-stream; later messages must repeat them")
-
-
-def generation_messages(words: list[str], params: Any, deadline: float | None) -> MessageRenderer:
-    """How an in-process stream's hand-overs become messages (a worker's come built)."""
-
-    def render(events: list[Event]) -> list[bytes]:
-        if ended_by_deadline(events, deadline):
-            # The scheduler freed the slot at the deadline; the call itself failed.
-            raise DeadlineExceeded("Generate did not finish before the deadline")
-        return serialized_chunk(events, words, params.logprobs, params.top_logprobs).messages
-
-    return render

@@ -47,6 +47,7 @@ from lmserve.server.worker.generation.delivery import Poster
 from lmserve.server.worker.generation.scheduler import GenerationScheduler
 from lmserve.server.worker.generation.sequence import GenerationRequest, GenerationStream
 from lmserve.server.worker.limits import EngineLimits
+from lmserve.server.worker.replies.generate import message_renderer
 from lmserve.server.worker.replies.score import score_response, score_response_bytes
 from lmserve.server.worker.scoring.queue import ScoringQueue
 
@@ -196,8 +197,13 @@ class EngineCore:
         stream: Callable[[GenerationRequest, int], GenerationStream] | None = None,
     ) -> GenerationStream:
         """Queues a Generate request; Overloaded when the model's queue is full. `stream`
-        makes the request's stream (a worker's carries the front's stream id)."""
-        return self.scheduler.submit(request, stream)
+        makes the request's stream (a worker's carries the front's stream id); by default an
+        in-process stream whose messages are rendered as a worker's are."""
+        return self.scheduler.submit(request, stream or self._rendering_stream)
+
+    def _rendering_stream(self, request: GenerationRequest, samples: int) -> GenerationStream:
+        render = message_renderer(self.token_texts, request.params, request.deadline)
+        return GenerationStream(request, samples, render)
 
     async def beam_search(
         self, prompt_ids: Sequence[int], params: BeamParams, deadline: float | None

@@ -40,7 +40,7 @@ import msgspec
 import setproctitle
 
 from lmserve.server.decoding.bias import BiasMatch
-from lmserve.server.errors import LmServeError
+from lmserve.server.errors import DeadlineExceeded, LmServeError
 from lmserve.server.logging_setup import log_failure, setup_logging
 from lmserve.server.long_lived import freeze_long_lived
 from lmserve.server.registry.repository import LoadOptions, ModelEntry, ModelState, load_entry
@@ -53,7 +53,7 @@ from lmserve.server.worker.generation.sequence import (
     GenerationStream,
 )
 from lmserve.server.worker.limits import EngineLimits
-from lmserve.server.worker.replies.generate import ended_by_deadline, serialized_chunk
+from lmserve.server.worker.replies.generate import rendered
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +124,13 @@ class _WireStream(GenerationStream):
         if isinstance(item, BaseException):
             self._unfinished = 0
             return p.StreamChunk(self.sid, [], 0, 0, False, True, p.ErrorInfo.of(item))
-        if ended_by_deadline(item, self.request.deadline):
-            # The scheduler freed the slot at the deadline; the call itself failed.
+        try:
+            serialized = rendered(
+                item, self.server.words, self.request.params, self.request.deadline
+            )
+        except DeadlineExceeded as exc:
             self._unfinished = 0
-            error = p.ErrorInfo("DeadlineExceeded", "Generate did not finish before the deadline")
-            return p.StreamChunk(self.sid, [], 0, 0, False, True, error)
-        params = self.request.params
-        words = self.server.words
-        serialized = serialized_chunk(item, words, params.logprobs, params.top_logprobs)
+            return p.StreamChunk(self.sid, [], 0, 0, False, True, p.ErrorInfo.of(exc))
         self._unfinished -= serialized.finished
         last = self._unfinished <= 0
         return p.StreamChunk(

@@ -31,7 +31,6 @@ from lmserve.server.shared import protocol as p
 from lmserve.server.worker.generation.sequence import (
     GenerationRequest,
     GenerationStream,
-    MessageRenderer,
 )
 
 log = logging.getLogger(__name__)
@@ -69,7 +68,7 @@ class WorkerStream(GenerationStream):
         self._chunks.append(chunk)
         self._arrived.set()
 
-    async def messages(self, render: MessageRenderer | None = None) -> AsyncIterator[list[bytes]]:
+    async def messages(self) -> AsyncIterator[list[bytes]]:
         """The stream's messages as the worker built them. Chunks that piled up while the
         handler was busy go out together; an open last message (no sample ended in it) takes
         the next chunk's first message into it, by concatenating their bytes (protobuf merges

@@ -83,9 +83,13 @@ class GenerationStream:
     drop the request's sequences before its next step.
     """
 
-    def __init__(self, request: GenerationRequest, samples: int) -> None:
+    def __init__(
+        self, request: GenerationRequest, samples: int, render: MessageRenderer | None = None
+    ) -> None:
         self.request = request
         self.samples = samples
+        # How its hand-overs become wire messages, in-process (`replies.generate.rendered`).
+        self._render = render
         # Hand-overs from the scheduler thread, appended on the event loop (`_put`).
         self._handed: deque[list[Event] | BaseException] = deque()
         self._arrived = asyncio.Event()
@@ -166,11 +170,12 @@ class GenerationStream:
             if self._unfinished > 0:  # the consumer left early (client gone, error)
                 self.cancel()
 
-    async def messages(self, render: MessageRenderer | None = None) -> AsyncIterator[list[bytes]]:
-        """The stream's messages as wire bytes, a hand-over at a time: `render` builds them
-        from the events here (in-process); a worker's stream gets them built
+    async def messages(self) -> AsyncIterator[list[bytes]]:
+        """The stream's messages as wire bytes, a hand-over at a time, rendered by the engine
+        that made the stream (`EngineCore.generate`); a worker's stream gets them built
         (`front.workers.connection.WorkerStream`)."""
-        assert render is not None, "an in-process stream renders its own messages"
+        render = self._render
+        assert render is not None, "made without a renderer: iterate its events instead"
         async for events in self.batches():
             yield render(events)
 

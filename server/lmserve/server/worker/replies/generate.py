@@ -16,8 +16,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lmserve.server.decoding.params import GenerateParams
 from lmserve.server.decoding.stopping import FinishReason
-from lmserve.server.worker.generation.sequence import Event, FinishEvent
+from lmserve.server.errors import DeadlineExceeded
+from lmserve.server.worker.generation.sequence import Event, FinishEvent, MessageRenderer
 from lmserve.v1 import lm_service_pb2 as pb
 
 
@@ -99,3 +101,25 @@ def ended_by_deadline(events: Sequence[Event], deadline: float | None) -> bool:
     if deadline is None or time.monotonic() < deadline:
         return False
     return any(type(e) is FinishEvent and e.reason is FinishReason.CANCELLED for e in events)
+
+
+def rendered(
+    events: Sequence[Event], words: Sequence[str], params: GenerateParams, deadline: float | None
+) -> SerializedChunk:
+    """One hand-over of a stream's events as its messages, the one way every Generate reply is
+    built (an engine worker's, and an in-process engine's); DeadlineExceeded when the call's
+    deadline ended a sample (the scheduler freed its slot; the call itself fails)."""
+    if ended_by_deadline(events, deadline):
+        raise DeadlineExceeded("Generate did not finish before the deadline")
+    return serialized_chunk(events, words, params.logprobs, params.top_logprobs)
+
+
+def message_renderer(
+    words: Sequence[str], params: GenerateParams, deadline: float | None
+) -> MessageRenderer:
+    """`rendered`'s messages for one in-process stream (`EngineCore.generate`)."""
+
+    def render(events: list[Event]) -> list[bytes]:
+        return rendered(events, words, params, deadline).messages
+
+    return render
