@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from served import serve  # noqa: F401  (the one way tests start a server: tests/served.py)
 
 # Every server a test starts opens its HTTP front on a free port (the default, 8080, would be
 # shared by the many servers a run starts). A test that needs a known port sets its own.
@@ -29,3 +30,31 @@ def shared_data() -> Path:
             f"reference data missing: {SHARED_DATA} (the checkout needs ../shared beside it)"
         )
     return SHARED_DATA
+
+
+# `make models`'s kjv-5gram, as the Makefile trains it less the held-out and test reports: trained
+# once per session (about ten seconds) for every module that serves or scores it.
+KJV_5GRAM_FLAGS = [
+    "--order", "5", "--smoothing", "modified-kneser-ney", "--name", "kjv-5gram", "--lowercase",
+    "--token-pattern", "[a-z]+(?:'[a-z]+)*",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def kjv_5gram(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model folder: kjv-5gram trained by `lmserve train-ngram` on the shipped KJV train split."""
+    from lmserve.export.corpora import kjv_split
+    from lmserve.server.cli import main
+
+    folder = tmp_path_factory.mktemp("kjv-5gram") / "kjv-5gram"
+    assert main(["train-ngram", *KJV_5GRAM_FLAGS, str(kjv_split("train")), str(folder)]) == 0
+    return folder
+
+
+@pytest.fixture(scope="session")
+def shipped_repository(tmp_path_factory: pytest.TempPathFactory, kjv_5gram: Path) -> Path:
+    """What `make serve` serves: kjv-5gram (trained) and the committed kjv-lstm."""
+    root = tmp_path_factory.mktemp("shipped")
+    (root / "kjv-5gram").symlink_to(kjv_5gram, target_is_directory=True)
+    (root / "kjv-lstm").symlink_to(REPO_ROOT / "models" / "kjv-lstm", target_is_directory=True)
+    return root

@@ -12,19 +12,16 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
-from lmserve.server.cli import main
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import Settings, load_settings
+from lmserve.server.front.process.app import BackgroundServer
+from lmserve.server.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-KJV = REPO / "export" / "lmserve" / "export" / "corpora" / "kjv"
 FENCE = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 GUIDES = [
     "quickstart.md",
@@ -61,22 +58,9 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer]:
+def server(serve: ServerFactory, shipped_repository: Path) -> BackgroundServer:
     """kjv-5gram trained as `make models` trains it, and the committed kjv-lstm, served."""
-    root = tmp_path_factory.mktemp("docs-models")
-    status = main(
-        [
-            "train-ngram", "--order", "5", "--smoothing", "modified-kneser-ney",
-            "--name", "kjv-5gram", "--lowercase", "--token-pattern", "[a-z]+(?:'[a-z]+)*",
-            str(KJV / "train.txt"), str(root / "kjv-5gram"),
-        ]
-    )  # fmt: skip
-    assert status == 0
-    (root / "kjv-lstm").symlink_to(REPO / "models" / "kjv-lstm", target_is_directory=True)
-    settings = {"model_repository": root, "host": "127.0.0.1", "port": 0, "http_port": 0}
-    settings |= {"metrics_enabled": False}
-    with start_background_server(load_settings(settings), registry=CollectorRegistry()) as s:
-        yield s
+    return serve(shipped_repository, http_port=0)
 
 
 def _blocks(page: str) -> list[tuple[str, str]]:

@@ -7,14 +7,12 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 
 REPO = Path(__file__).resolve().parents[2]
 # The HTTP guide of the documentation site (the README's section before the site).
@@ -43,13 +41,9 @@ def _curl_commands() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer]:
-    root = tmp_path_factory.mktemp("readme-models")
-    (root / "kjv-lstm").symlink_to(REPO / "models" / "kjv-lstm", target_is_directory=True)
-    settings = {"model_repository": root, "host": "127.0.0.1", "port": 0, "http_port": 0}
-    settings |= {"metrics_enabled": False}
-    with start_background_server(load_settings(settings), registry=CollectorRegistry()) as s:
-        yield s
+def server(serve: ServerFactory, shipped_repository: Path) -> BackgroundServer:
+    """The shipped models as `make serve` serves them (the docs' tests share this server)."""
+    return serve(shipped_repository, http_port=0)
 
 
 def test_the_readme_has_examples_of_each_api() -> None:
