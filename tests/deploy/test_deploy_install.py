@@ -52,7 +52,7 @@ def test_wheel_installs_alone_and_serves_its_command(tmp_path: Path) -> None:
     assert "-py3-none-any" not in wheel.name, "the wheel must be platform-specific (C extensions)"
     assert client_wheel.name.endswith("-py3-none-any.whl"), "the client is pure Python"
     assert not set(wheel_files(wheel)) & set(wheel_files(client_wheel)), "a file in both wheels"
-    page = {f"lmserve/server/api/http/static/{n}" for n in ("index.html", "autocomplete.js")}
+    page = {f"lmserve/server/front/api/http/static/{n}" for n in ("index.html", "autocomplete.js")}
     assert page <= set(wheel_files(wheel)), "the autocomplete page is not in the wheel"
 
     venv = tmp_path / "venv"

@@ -16,7 +16,7 @@ import pytest
 from neural_folders import VOCAB, tiny_model, write_onnx_folder
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.api.interceptors import FRONT_KEY
+from lmserve.server.front.api.interceptors import FRONT_KEY
 from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb

@@ -25,12 +25,12 @@ import pytest
 from http_calls import post
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.api.http.calls import HttpCalls
-from lmserve.server.api.http.openai_api import DONE, CompletionAnswer
-from lmserve.server.api.http.openai_completions import CompletionSteps, Piece, Step
-from lmserve.server.api.http.openai_schema import parse_completion
-from lmserve.server.api.observed_call import CallObserver
 from lmserve.server.errors import ModelOutputError
+from lmserve.server.front.api.http.calls import HttpCalls
+from lmserve.server.front.api.http.openai_api import DONE, CompletionAnswer
+from lmserve.server.front.api.http.openai_completions import CompletionSteps, Piece, Step
+from lmserve.server.front.api.http.openai_schema import parse_completion
+from lmserve.server.front.api.observed_call import CallObserver
 from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.metrics import Metrics
 from lmserve.server.settings import load_settings

@@ -32,7 +32,7 @@ def solo_server(model_repository: Path) -> Iterator[BackgroundServer]:
 
 
 def test_the_served_openapi_document_is_the_generated_one(solo_server: BackgroundServer) -> None:
-    from lmserve.server.api.http.openapi import openapi_document
+    from lmserve.server.front.api.http.openapi import openapi_document
 
     url = f"http://127.0.0.1:{solo_server.http_port}/openapi.json"
     with urllib.request.urlopen(url, timeout=10) as answer:

@@ -12,8 +12,8 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 
-from lmserve.server.api.health import SERVICE_NAME, HealthServicer
-from lmserve.server.api.reflection import V1_SERVICE_NAME, enable_reflection
+from lmserve.server.front.api.health import SERVICE_NAME, HealthServicer
+from lmserve.server.front.api.reflection import V1_SERVICE_NAME, enable_reflection
 from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc

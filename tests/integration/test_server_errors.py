@@ -138,8 +138,8 @@ class _ExpiredContext:
 
 
 def test_expired_deadline_is_refused_before_work() -> None:
-    from lmserve.server.api.interceptors import _check_deadline
     from lmserve.server.errors import DeadlineExceeded
+    from lmserve.server.front.api.interceptors import _check_deadline
 
     with pytest.raises(DeadlineExceeded):
         _check_deadline(_ExpiredContext())  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from http_calls import post_json
 from prometheus_client import CollectorRegistry
 from test_observability import write_bigram
 
-from lmserve.server.api.observe import OTEL_MODULE, TracingUnavailable
+from lmserve.server.front.api.observe import OTEL_MODULE, TracingUnavailable
 from lmserve.server.front.process.app import start_background_server
 from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb

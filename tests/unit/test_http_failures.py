@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from lmserve.server import errors
-from lmserve.server.api.http.failures import HTTP_STATUS, failure_of
+from lmserve.server.front.api.http.failures import HTTP_STATUS, failure_of
 
 
 @pytest.mark.parametrize(

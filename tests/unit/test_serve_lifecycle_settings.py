@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lmserve.server.api.auth import configured_token
 from lmserve.server.commands.serve import add_arguments, settings_from_args
+from lmserve.server.front.api.auth import configured_token
 from lmserve.server.settings import load_settings
 
 

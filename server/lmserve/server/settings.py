@@ -135,8 +135,8 @@ class Settings(RequestLimits, ScoringSettings, GenerationLimits, SessionSettings
     host: str = "[::]"
     # 0 picks a free port; the bound one is logged.
     port: int = Field(default=50051, ge=0, le=65535)
-    # The HTTP front on `host` (api/http): every RPC as Connect JSON, the OpenAI-compatible /v1
-    # API, the autocomplete WebSocket and its page. 0 picks a free port.
+    # The HTTP front on `host` (front/api/http): every RPC as Connect JSON, the OpenAI-compatible
+    # /v1 API, the autocomplete WebSocket and its page. 0 picks a free port.
     http_enabled: bool = True
     http_port: int = Field(default=8080, ge=0, le=65535)
     # The HTTP port's server: uvicorn (HTTP/1.1; Connect's bidirectional streams half-duplex),

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from lmserve.server.allocator import keep_freed_memory
-    from lmserve.server.api.observe import TracingUnavailable
+    from lmserve.server.front.api.observe import TracingUnavailable
     from lmserve.server.front.process.app import serve
     from lmserve.server.logging_setup import setup_logging
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 
-from lmserve.server.api.grpc_types import Context, Interceptor, MethodHandler
 from lmserve.server.errors import Unauthenticated
+from lmserve.server.front.api.grpc_types import Context, Interceptor, MethodHandler
 from lmserve.server.settings import Settings
 
 log = logging.getLogger(__name__)

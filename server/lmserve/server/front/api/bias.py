@@ -11,10 +11,10 @@ is INVALID_ARGUMENT (RESOURCE_EXHAUSTED for the count) naming `bias.phrases[i]`.
 
 from __future__ import annotations
 
-from lmserve.server.api.validation import check_text_bytes
 from lmserve.server.decoding.bias import BiasPhrase, PhraseBias, fold
 from lmserve.server.decoding.params import finite
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.server.front.api.validation import check_text_bytes
 from lmserve.server.front.models.biasing import phrase_words
 from lmserve.server.front.models.served_model import ServedModel
 from lmserve.server.settings import RequestLimits

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from lmserve.server.api.model_use import same_model, use_model
-from lmserve.server.api.pipelining import read_ahead
-from lmserve.server.api.validation import check_no_empty_token, check_text_bytes
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.server.front.api.model_use import same_model, use_model
+from lmserve.server.front.api.pipelining import read_ahead
+from lmserve.server.front.api.validation import check_no_empty_token, check_text_bytes
 from lmserve.server.front.models.served_model import ServedModel
 from lmserve.server.front.models.served_models import ServedModels
 from lmserve.server.settings import RequestLimits

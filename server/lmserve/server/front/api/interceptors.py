@@ -29,10 +29,10 @@ import grpc
 from grpc import aio
 
 from lmserve.server import errors
-from lmserve.server.api.grpc_types import Context, Interceptor, MethodHandler
-from lmserve.server.api.observed_call import CallObserver
-from lmserve.server.api.status_details import overload_status
 from lmserve.server.call_context import current_call
+from lmserve.server.front.api.grpc_types import Context, Interceptor, MethodHandler
+from lmserve.server.front.api.observed_call import CallObserver
+from lmserve.server.front.api.status_details import overload_status
 from lmserve.server.metrics import Metrics
 
 log = logging.getLogger(__name__)

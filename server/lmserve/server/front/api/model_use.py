@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-from lmserve.server.api.interceptors import note_model
-from lmserve.server.api.validation import validate_model_name
+from lmserve.server.front.api.interceptors import note_model
+from lmserve.server.front.api.validation import validate_model_name
 from lmserve.server.front.models.served_model import ServedModel
 from lmserve.server.front.models.served_models import ServedModels
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from lmserve.server.api.auth import AuthInterceptor
-from lmserve.server.api.grpc_types import Interceptor
-from lmserve.server.api.interceptors import ServingInterceptor
+from lmserve.server.front.api.auth import AuthInterceptor
+from lmserve.server.front.api.grpc_types import Interceptor
+from lmserve.server.front.api.interceptors import ServingInterceptor
 from lmserve.server.metrics import Metrics
 from lmserve.server.settings import Settings
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from lmserve.server.api.bias import StreamBias
-from lmserve.server.api.model_use import use_model
-from lmserve.server.api.validation import check_no_empty_token, check_text_bytes, validate_options
 from lmserve.server.decoding.params import finite
 from lmserve.server.decoding.rerank import LengthUnit, RerankWeights
 from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.server.front.api.bias import StreamBias
+from lmserve.server.front.api.model_use import use_model
+from lmserve.server.front.api.validation import (
+    check_no_empty_token,
+    check_text_bytes,
+    validate_options,
+)
 from lmserve.server.front.models.rerank import NBestLists, rerank_lists
 from lmserve.server.front.models.served_model import ServedModel
 from lmserve.server.front.models.served_models import ServedModels

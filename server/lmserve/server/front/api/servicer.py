@@ -13,25 +13,25 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from lmserve.server.api import convert, generation
-from lmserve.server.api.bias import StreamBias
-from lmserve.server.api.complete import complete_stream
-from lmserve.server.api.interceptors import note_model
-from lmserve.server.api.model_use import same_model, use_model
-from lmserve.server.api.pipelining import pipelined
-from lmserve.server.api.rerank import rerank
-from lmserve.server.api.validation import (
-    check_text_bytes,
-    validate_batch,
-    validate_model_name,
-    validate_options,
-    validate_score_batch,
-)
 from lmserve.server.decoding.perplexity import PerplexityAccumulator
 from lmserve.server.decoding.scored import ScoredTexts
 from lmserve.server.decoding.scoring import ScoreOptions
 from lmserve.server.errors import (
     InvalidArgument,
+)
+from lmserve.server.front.api import convert, generation
+from lmserve.server.front.api.bias import StreamBias
+from lmserve.server.front.api.complete import complete_stream
+from lmserve.server.front.api.interceptors import note_model
+from lmserve.server.front.api.model_use import same_model, use_model
+from lmserve.server.front.api.pipelining import pipelined
+from lmserve.server.front.api.rerank import rerank
+from lmserve.server.front.api.validation import (
+    check_text_bytes,
+    validate_batch,
+    validate_model_name,
+    validate_options,
+    validate_score_batch,
 )
 from lmserve.server.front.models.biasing import bias_matches
 from lmserve.server.front.models.served_model import ServedModel, TextInput

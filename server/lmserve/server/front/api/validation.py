@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from lmserve.server.api.generation import prompt_ids
 from lmserve.server.decoding.scoring import ScoreOptions
 from lmserve.server.errors import InvalidArgument
+from lmserve.server.front.api.generation import prompt_ids
 from lmserve.server.front.models.served_model import TextInput
 from lmserve.server.settings import RequestLimits
 from lmserve.v1 import lm_service_pb2 as pb

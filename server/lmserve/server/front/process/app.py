@@ -28,13 +28,13 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.api.auth import configured_token, server_credentials
-from lmserve.server.api.health import SERVICE_NAME, HealthServicer, publish_health
-from lmserve.server.api.http.front import HttpFront, HypercornFront
-from lmserve.server.api.http.site import start_http_front
-from lmserve.server.api.observe import server_interceptors
-from lmserve.server.api.reflection import enable_reflection
-from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.server.front.api.auth import configured_token, server_credentials
+from lmserve.server.front.api.health import SERVICE_NAME, HealthServicer, publish_health
+from lmserve.server.front.api.http.front import HttpFront, HypercornFront
+from lmserve.server.front.api.http.site import start_http_front
+from lmserve.server.front.api.observe import server_interceptors
+from lmserve.server.front.api.reflection import enable_reflection
+from lmserve.server.front.api.servicer import LanguageModelServicer
 from lmserve.server.front.models.served_models import ServedModels
 from lmserve.server.front.process.engine_choice import choose_engines
 from lmserve.server.front.process.extra_fronts import ExtraFronts

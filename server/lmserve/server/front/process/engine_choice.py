@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from lmserve.server.api.health import HealthServicer, set_model_health
+from lmserve.server.front.api.health import HealthServicer, set_model_health
 from lmserve.server.front.models.served_models import EngineFactory, InProcessEngines
 from lmserve.server.front.process.stats_export import EngineStatsCollector
 from lmserve.server.front.workers.directory import WorkerDirectory

@@ -17,7 +17,7 @@ from __future__ import annotations
 from grpc import aio
 from grpc_health.v1 import health_pb2_grpc
 
-from lmserve.server.api.health import HealthServicer
+from lmserve.server.front.api.health import HealthServicer
 
 __all__ = ["start_health_server"]
 

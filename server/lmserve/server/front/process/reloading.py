@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 
-from lmserve.server.api.health import HealthServicer, publish_health
+from lmserve.server.front.api.health import HealthServicer, publish_health
 from lmserve.server.front.models.served_models import ServedModels
 from lmserve.server.long_lived import freeze_long_lived
 from lmserve.server.metrics import Metrics

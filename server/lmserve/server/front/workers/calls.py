@@ -31,9 +31,7 @@ class EngineCalls:
     def _live(self) -> WorkerConnection:
         raise NotImplementedError
 
-    async def score(
-        self, prepared: PreparedScoring, deadline: float | None = None
-    ) -> BatchScores:
+    async def score(self, prepared: PreparedScoring, deadline: float | None = None) -> BatchScores:
         work = p.scoring_work(prepared)
         reply = await self._live().call(lambda rid: p.ScoreCall(rid, work, deadline))
         return BatchScores(
@@ -63,7 +61,8 @@ class EngineCalls:
         ids: npt.NDArray[np.integer],
         offsets: npt.NDArray[np.integer],
         *,
-        eos: bool, deadline: float | None = None
+        eos: bool,
+        deadline: float | None = None,
     ) -> PrefixTotals:
         call = p.PrefixTotalsCall
         reply = await self._live().call(

@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 
-from lmserve.server.api.auth import bearer_problem
-from lmserve.server.api.http.failures import Failure, failure_of
-from lmserve.server.api.observed_call import CallObserver, ObservedCall
 from lmserve.server.errors import Unauthenticated
+from lmserve.server.front.api.auth import bearer_problem
+from lmserve.server.front.api.http.failures import Failure, failure_of
+from lmserve.server.front.api.observed_call import CallObserver, ObservedCall
 
 REQUEST_ID_HEADER = "x-request-id"
 

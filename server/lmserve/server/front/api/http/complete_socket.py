@@ -31,11 +31,11 @@ import grpc
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from lmserve.server.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
-from lmserve.server.api.http.connect_service import JsonCodec, Undecodable
-from lmserve.server.api.http.failures import Failure
-from lmserve.server.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.server.errors import InvalidArgument
+from lmserve.server.front.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
+from lmserve.server.front.api.http.connect_service import JsonCodec, Undecodable
+from lmserve.server.front.api.http.failures import Failure
+from lmserve.server.front.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.v1 import lm_service_pb2 as pb
 
 PATH = "/ws/complete"

@@ -34,10 +34,10 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from lmserve.server.api.http.calls import CallFailed, HttpCalls
-from lmserve.server.api.http.failures import Failure
-from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.errors import InvalidArgument
+from lmserve.server.front.api.http.calls import CallFailed, HttpCalls
+from lmserve.server.front.api.http.failures import Failure
+from lmserve.server.front.api.servicer import LanguageModelServicer
 from lmserve.v1 import lm_service_pb2 as pb
 
 # What connectrpc's application takes (its public `Endpoint` is the base of these four).

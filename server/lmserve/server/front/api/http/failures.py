@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import grpc
 
 from lmserve.server import errors
-from lmserve.server.api.interceptors import status_code
+from lmserve.server.front.api.interceptors import status_code
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from lmserve.server.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
-from lmserve.server.api.http.openai_completions import Choice, CompletionSteps, prompt_steps
-from lmserve.server.api.http.openai_schema import CompletionRequest, param_of, parse_completion
-from lmserve.server.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.server.call_context import current_call
 from lmserve.server.errors import Cancelled, RequestTooLarge
+from lmserve.server.front.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
+from lmserve.server.front.api.http.openai_completions import Choice, CompletionSteps, prompt_steps
+from lmserve.server.front.api.http.openai_schema import (
+    CompletionRequest,
+    param_of,
+    parse_completion,
+)
+from lmserve.server.front.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.v1 import lm_service_pb2 as pb
 
 T = TypeVar("T")

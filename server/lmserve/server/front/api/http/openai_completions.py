@@ -26,11 +26,11 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from lmserve.server.api.generation import prompt_ids
-from lmserve.server.api.http.openai_schema import CompletionRequest, generate_request
-from lmserve.server.api.model_use import use_model
-from lmserve.server.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.server.decoding.detokenize import detokenize
+from lmserve.server.front.api.generation import prompt_ids
+from lmserve.server.front.api.http.openai_schema import CompletionRequest, generate_request
+from lmserve.server.front.api.model_use import use_model
+from lmserve.server.front.api.servicer import LanguageModelServicer, NoDeadline
 from lmserve.v1 import lm_service_pb2 as pb
 
 FINISH_REASONS = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from lmserve.server.api.http.openai_schema import CompletionRequest
+from lmserve.server.front.api.http.openai_schema import CompletionRequest
 
 _ERROR = {
     "description": "An OpenAI-shaped error: {error: {message, type, param, code}}",

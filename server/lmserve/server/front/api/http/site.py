@@ -22,19 +22,19 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from lmserve.server.api.health import HealthServicer
-from lmserve.server.api.http.calls import HttpCalls
-from lmserve.server.api.http.complete_socket import complete_socket_routes
-from lmserve.server.api.http.connect_service import PATH, ConnectService
-from lmserve.server.api.http.connection_age import ConnectionAge
-from lmserve.server.api.http.demo_page import demo_page_routes
-from lmserve.server.api.http.front import HttpFront, HypercornFront, start_http_server
-from lmserve.server.api.http.openai_api import openai_routes
-from lmserve.server.api.http.origins import OriginPolicy
-from lmserve.server.api.http.tokenizer_api import tokenizer_routes
-from lmserve.server.api.observe import access_log_enabled, traced_http
-from lmserve.server.api.observed_call import CallObserver
-from lmserve.server.api.servicer import LanguageModelServicer
+from lmserve.server.front.api.health import HealthServicer
+from lmserve.server.front.api.http.calls import HttpCalls
+from lmserve.server.front.api.http.complete_socket import complete_socket_routes
+from lmserve.server.front.api.http.connect_service import PATH, ConnectService
+from lmserve.server.front.api.http.connection_age import ConnectionAge
+from lmserve.server.front.api.http.demo_page import demo_page_routes
+from lmserve.server.front.api.http.front import HttpFront, HypercornFront, start_http_server
+from lmserve.server.front.api.http.openai_api import openai_routes
+from lmserve.server.front.api.http.origins import OriginPolicy
+from lmserve.server.front.api.http.tokenizer_api import tokenizer_routes
+from lmserve.server.front.api.observe import access_log_enabled, traced_http
+from lmserve.server.front.api.observed_call import CallObserver
+from lmserve.server.front.api.servicer import LanguageModelServicer
 from lmserve.server.metrics import Metrics
 from lmserve.server.settings import Settings
 

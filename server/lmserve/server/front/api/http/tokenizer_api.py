@@ -21,15 +21,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from lmserve.server.api.generation import prompt_ids
-from lmserve.server.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
-from lmserve.server.api.http.openai_api import error_response, read_body
-from lmserve.server.api.http.openapi import openapi_document
-from lmserve.server.api.model_use import use_model
-from lmserve.server.api.servicer import LanguageModelServicer
 from lmserve.server.decoding.detokenize import detokenize
 from lmserve.server.decoding.scoring import check_token_count
 from lmserve.server.errors import InvalidArgument
+from lmserve.server.front.api.generation import prompt_ids
+from lmserve.server.front.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
+from lmserve.server.front.api.http.openai_api import error_response, read_body
+from lmserve.server.front.api.http.openapi import openapi_document
+from lmserve.server.front.api.model_use import use_model
+from lmserve.server.front.api.servicer import LanguageModelServicer
 from lmserve.server.front.models.served_model import ServedModel
 
 
