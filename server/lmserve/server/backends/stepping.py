@@ -46,6 +46,16 @@ from lmserve.server.backends.recurrent import RecurrentBackend, RecurrentState
 from lmserve.server.errors import Unimplemented
 
 IndexArray = npt.NDArray[np.int64]
+
+# A stepper's model state, opaque to everything above the stepper: the scheduler, the prefill,
+# beam search and the autocomplete sessions only carry it between the stepper's own calls
+# (`step`, `feed`, `split`, `merge`, `select`) and never read it. Each stepper has its own
+# (`RecurrentState`, `KvState`, a `ContextStepper`'s histories, an `InterpolatedStepper`'s
+# tuple of its components'). It stays `Any`, named once here, rather than a type parameter of
+# `Stepper`: the model's family picks the stepper at load time (`make_stepper`), so every
+# holder of one would be generic in a state type that no caller can name; and no narrower type
+# fits (a stepper whose methods take `RecurrentState` does not implement a protocol whose
+# methods take `object`).
 State = Any
 
 

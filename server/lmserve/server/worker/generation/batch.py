@@ -17,12 +17,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from lmserve.server.backends.stepping import Stepper
+from lmserve.server.backends.base import FloatArray, Vocabulary
+from lmserve.server.backends.stepping import State, Stepper
 from lmserve.server.decoding.detokenize import Detokenizer
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.errors import ModelOutputError
@@ -51,7 +50,9 @@ class ActiveSequence:
         "first_time",
     )
 
-    def __init__(self, stream: GenerationStream, sample_index: int, decoder: Any) -> None:
+    def __init__(
+        self, stream: GenerationStream, sample_index: int, decoder: bridge.SampleDecoder
+    ) -> None:
         self.stream = stream
         self.request = stream.request
         self.sample_index = sample_index
@@ -105,8 +106,8 @@ class Rows:
     """Some sequences of a batch with their rows of log-probs and model state."""
 
     sequences: list[ActiveSequence]
-    log_probs: npt.NDArray[Any] | None
-    state: Any
+    log_probs: FloatArray | None
+    state: State
 
 
 def expired(stream: GenerationStream, now_mono: float) -> bool:
@@ -121,7 +122,7 @@ class RunningBatch:
         self,
         model: str,
         stepper: Stepper,
-        vocab: Any,
+        vocab: Vocabulary,
         detokenizer: Callable[[], Detokenizer],
         stats: EngineStats | None = None,
     ) -> None:
@@ -134,8 +135,8 @@ class RunningBatch:
         self._ttft = stats.time_to_first_token
         self._itl = stats.inter_token_latency
         self.sequences: list[ActiveSequence] = []
-        self.log_probs: npt.NDArray[Any] | None = None
-        self.state: Any = None
+        self.log_probs: FloatArray | None = None
+        self.state: State = None
         self.steps = 0
         self.step_seconds = 0.0  # moving average of a batched step's time (prefill sizing)
         self._next_tokens: list[int] = []
@@ -145,13 +146,13 @@ class RunningBatch:
         return len(self.sequences)
 
     def _set_rows(
-        self, sequences: list[ActiveSequence], log_probs: npt.NDArray[Any] | None, state: Any
+        self, sequences: list[ActiveSequence], log_probs: FloatArray | None, state: State
     ) -> None:
         self.sequences, self.log_probs, self.state = sequences, log_probs, state
         self.stats.active_sequences = len(sequences)
 
     def join(
-        self, streams: Sequence[GenerationStream], log_probs: npt.NDArray[Any], state: Any
+        self, streams: Sequence[GenerationStream], log_probs: FloatArray, state: State
     ) -> None:
         """Adds the samples of streams whose prompts were read (row i of the arguments is
         `streams[i]`'s); each sample starts from a copy of its prompt's row."""
@@ -241,7 +242,7 @@ class RunningBatch:
         requests of rows the model gave NaN/inf for (returned second, to be failed)."""
         active = self.sequences
         assert self.log_probs is not None
-        drawn = bridge.sample(active, self.log_probs, self.vocab)
+        drawn = bridge.sample([seq.decoder for seq in active], self.log_probs, self.vocab)
         now = time.perf_counter()
         events: dict[GenerationStream, list[Event]] = {}
         keep: list[int] = []

@@ -1,7 +1,7 @@
 """The scheduler's few touch points with the decoding layer, gathered in one module.
 
     decoders = new_decoders(request, vocab)                # one per sample
-    drawn = sample(active_sequences, log_probs, vocab)     # one vectorised draw over [B, V]
+    drawn = sample(decoders, log_probs, vocab)             # one vectorised draw over [B, V]
     piece, finish = accept(decoder, token_id, count)       # detokenize + stop conditions
 
 Sampling is `decoding.sampling` (vectorised, one generator per sample); text and stop
@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import numpy.typing as npt
-
+from lmserve.server.backends.base import FloatArray, Vocabulary
 from lmserve.server.decoding.detokenize import Detokenizer
 from lmserve.server.decoding.params import GenerateParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next
@@ -24,7 +22,7 @@ from lmserve.server.decoding.stopping import FinishReason, StopChecker
 from lmserve.server.worker.generation.sequence import GenerationRequest
 
 
-class _SampleDecoder:
+class SampleDecoder:
     """One sample's decoding state: the decoding layer's sampler and its stop checker."""
 
     __slots__ = ("params", "sampler", "checker", "eos_id")
@@ -39,14 +37,14 @@ class _SampleDecoder:
 
 
 def new_decoders(
-    request: GenerationRequest, vocab: Any, detokenizer: Callable[[], Detokenizer]
-) -> list[_SampleDecoder]:
+    request: GenerationRequest, vocab: Vocabulary, detokenizer: Callable[[], Detokenizer]
+) -> list[SampleDecoder]:
     """One decoder per sample; sample k draws from its own generator seeded by (seed, k), so
     its tokens depend on the seed and index only, never on the batch around it."""
     params: GenerateParams = request.params
     st = params.stopping
     return [
-        _SampleDecoder(
+        SampleDecoder(
             params,
             SequenceSampler(
                 params.sampling,
@@ -74,9 +72,9 @@ class Drawn:
     failed: tuple[int, ...] = ()
 
 
-def sample(active: Sequence[Any], log_probs: npt.NDArray[Any], vocab: Any) -> Drawn:
-    """Draws the next token of every active sequence from its row of `log_probs` [B, V]."""
-    decoders: list[_SampleDecoder] = [seq.decoder for seq in active]
+def sample(decoders: Sequence[SampleDecoder], log_probs: FloatArray, vocab: Vocabulary) -> Drawn:
+    """Draws the next token of every active sequence (its decoder) from its row of
+    `log_probs` [B, V]."""
     k = max(d.params.top_logprobs for d in decoders)
     out = sample_next(
         log_probs,
@@ -96,7 +94,7 @@ def sample(active: Sequence[Any], log_probs: npt.NDArray[Any], vocab: Any) -> Dr
     return Drawn(out.token_ids.tolist(), out.log_probs.tolist(), tops, out.failed)
 
 
-def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, FinishReason | None]:
+def accept(d: SampleDecoder, token_id: int, count: int) -> tuple[str | None, FinishReason | None]:
     """Adds a drawn token: its text piece and why the sample ends, if it does. The piece is None
     for a token that ends the sample unseen (`</s>` or a stop token id) unless the sample had
     text held back (a possible stop string's start): that text goes out with this token, else
@@ -109,7 +107,7 @@ def accept(d: _SampleDecoder, token_id: int, count: int) -> tuple[str | None, Fi
     return (None if ends_unseen and not step.text else step.text), step.finish_reason
 
 
-def final_text(d: _SampleDecoder) -> str:
+def final_text(d: SampleDecoder) -> str:
     """A sample's text for its FinishEvent: what its tokens streamed, so the two always agree
     (a sample cancelled mid-way, by its deadline or a shutdown, leaves held-back text out)."""
     return d.checker.sent_text

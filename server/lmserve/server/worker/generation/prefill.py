@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from lmserve.server.backends.stepping import Stepper
+from lmserve.server.backends.base import FloatArray
+from lmserve.server.backends.stepping import State, Stepper
 from lmserve.server.worker.generation.sequence import GenerationStream
 
 
@@ -40,7 +39,7 @@ class _Reading:
         self.stream = stream
         self.tokens = [bos_id, *stream.request.prompt_ids]
         self.done = 0
-        self.state: Any = None
+        self.state: State = None
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,8 @@ class Ready:
     """Prompts read to the end: row i of `log_probs` [R, V] and of `state` is `streams[i]`'s."""
 
     streams: list[GenerationStream]
-    log_probs: npt.NDArray[Any]
-    state: Any
+    log_probs: FloatArray
+    state: State
 
 
 class Prefill:

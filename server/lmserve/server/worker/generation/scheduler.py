@@ -30,8 +30,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
+from lmserve.server.backends.base import Vocabulary
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.detokenize import Detokenizer, WordDetokenizer
 from lmserve.server.decoding.stopping import FinishReason
@@ -78,7 +78,7 @@ class GenerationScheduler:
         self,
         model: str,
         stepper: Stepper,
-        vocab: Any,
+        vocab: Vocabulary,
         limits: GenerationLimits,
         stats: EngineStats | None = None,
         detokenizer: Callable[[], Detokenizer] | None = None,
