@@ -10,10 +10,11 @@ import grpc
 import pytest
 import yaml
 from integration_data import KJV_PATTERN, MAX_TEXTS, MAX_TOKENS
-from prometheus_client import CollectorRegistry
+from neural_folders import VOCAB, tiny_model, write_onnx_folder
+from served import ServerFactory
 
 from lmserve.server.backends.ngram import NgramModel, write_model_folder
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import (
     ModelManifest,
     Provenance,
@@ -21,7 +22,6 @@ from lmserve.server.manifest import (
     sha256_of,
     write_manifest,
 )
-from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2_grpc
 
 
@@ -96,21 +96,16 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory, shared_data: Path
 
 
 @pytest.fixture(scope="session")
-def server(model_repository: Path) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {
-            "model_repository": model_repository,
-            "host": "127.0.0.1",
-            "port": 0,
-            "metrics_host": "127.0.0.1",
-            "metrics_port": 0,
-            "max_texts_per_request": MAX_TEXTS,
-            "max_tokens_per_text": MAX_TOKENS,
-        }
+def server(serve: ServerFactory, model_repository: Path) -> BackgroundServer:
+    """The session's server on `model_repository`, with metrics on a port of its own."""
+    return serve(
+        model_repository,
+        metrics_enabled=True,
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+        max_texts_per_request=MAX_TEXTS,
+        max_tokens_per_text=MAX_TOKENS,
     )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
 
 
 @pytest.fixture(scope="session")
@@ -122,3 +117,23 @@ def channel(server: BackgroundServer) -> Iterator[grpc.Channel]:
 @pytest.fixture(scope="session")
 def stub(channel: grpc.Channel) -> lm_service_pb2_grpc.LanguageModelServiceStub:
     return lm_service_pb2_grpc.LanguageModelServiceStub(channel)
+
+
+@pytest.fixture(scope="session")
+def tiny_lstm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny word LSTM exported to ONNX (neural_folders' VOCAB, seed 3) as a folder named `lstm`,
+    written once per session: repositories link it (`(root / "lstm").symlink_to(tiny_lstm)`)."""
+    folder = tmp_path_factory.mktemp("tiny-lstm") / "lstm"
+    write_onnx_folder(tiny_model("lstm", seed=3), VOCAB, folder, name="lstm")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def kjv_repository(tmp_path_factory: pytest.TempPathFactory, model_repository: Path) -> Path:
+    """KenLM's KJV 3-gram (`kjv3`, as in `model_repository`) and the committed `kjv-lstm`: the
+    autocomplete modules' models."""
+    root = tmp_path_factory.mktemp("kjv-models")
+    (root / "kjv3").symlink_to(model_repository / "kjv3", target_is_directory=True)
+    lstm = Path(__file__).resolve().parents[2] / "models" / "kjv-lstm"
+    (root / "kjv-lstm").symlink_to(lstm, target_is_directory=True)
+    return root

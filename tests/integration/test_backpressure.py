@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
-from neural_folders import VOCAB, tiny_model, write_onnx_folder
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import ModelManifest, write_manifest
-from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -49,9 +48,11 @@ CHANNEL_OPTIONS = [("grpc.http2.bdp_probe", 0)]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer]:
+def server(
+    serve: ServerFactory, tmp_path_factory: pytest.TempPathFactory, tiny_lstm: Path
+) -> BackgroundServer:
     root = tmp_path_factory.mktemp("backpressure-models")
-    write_onnx_folder(tiny_model("lstm", seed=5), VOCAB, root / "lstm", name="lstm")
+    (root / "lstm").symlink_to(tiny_lstm, target_is_directory=True)
     (root / "bigram").mkdir()
     (root / "bigram" / "model.arpa").write_text(BIGRAM_ARPA)
     write_manifest(
@@ -65,23 +66,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServe
             }
         ),
     )
-    settings = load_settings(
-        {
-            "model_repository": root,
-            "host": "127.0.0.1",
-            "port": 0,
-            "metrics_enabled": False,
-            # In-process engine: these tests watch the scheduler itself (its slots, steps and
-            # parked streams); test_engine_workers checks the same calls through a worker.
-            "engine_workers": False,
-            "max_active_sequences": 8,
-            "max_new_tokens": 1_000_000,
-            "max_unread_events": MAX_UNREAD,
-        }
+    return serve(
+        root,
+        # In-process engine: these tests watch the scheduler itself (its slots, steps and
+        # parked streams); test_engine_workers checks the same calls through a worker.
+        engine_workers=False,
+        max_active_sequences=8,
+        max_new_tokens=1_000_000,
+        max_unread_events=MAX_UNREAD,
     )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
 
 
 @pytest.fixture

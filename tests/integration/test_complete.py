@@ -23,14 +23,13 @@ import grpc
 import numpy as np
 import pytest
 from integration_data import KJV_PATTERN
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
 from lmserve.client import Completion, LmServeClient
 from lmserve.server.backends.ngram import NgramModel, write_model_folder
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import Provenance, TokenizerSpec, read_manifest
-from lmserve.server.settings import load_settings
 from lmserve.server.text.vocab import Vocabulary
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
@@ -54,41 +53,15 @@ CASES = [
 # -- fixtures ------------------------------------------------------------------------------------
 
 
-def _repository(root: Path, shared_data: Path) -> Path:
-    write_model_folder(
-        NgramModel.from_arpa(shared_data / "kjv" / "kenlm" / "kjv.3gram.arpa"),
-        root / NGRAM,
-        name=NGRAM,
-        tokenizer=TokenizerSpec.model_validate({"lowercase": True, "pattern": KJV_PATTERN}),
-        provenance=Provenance(trained_by="tests"),
-        description="KenLM's KJV 3-gram",
-    )
-    (root / LSTM).symlink_to(LSTM_FOLDER)
-    return root
-
-
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
-    return _repository(tmp_path_factory.mktemp("complete-models"), shared_data)
-
-
-@pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {
-            "model_repository": repository,
-            "host": "127.0.0.1",
-            "port": 0,
-            "metrics_enabled": False,
-            "max_tokens_per_text": MAX_TOKENS,
-            # The base model's exact answers: the session cache is off here and tested in
-            # test_complete_cache.py.
-            "complete_cache_weight": 0.0,
-        }
+def server(serve: ServerFactory, kjv_repository: Path) -> BackgroundServer:
+    return serve(
+        kjv_repository,
+        max_tokens_per_text=MAX_TOKENS,
+        # The base model's exact answers: the session cache is off here and tested in
+        # test_complete_cache.py.
+        complete_cache_weight=0.0,
     )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
 
 
 @pytest.fixture(scope="module")

@@ -19,16 +19,14 @@ import grpc
 import numpy as np
 import pytest
 from cache_reference import cache_reference
-from integration_data import KJV_PATTERN
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
 from lmserve.client import Completion, LmServeClient
 from lmserve.server.backends.base import LanguageModelBackend
-from lmserve.server.backends.ngram import NgramModel, write_model_folder
+from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.manifest import Provenance, TokenizerSpec, read_manifest
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
+from lmserve.server.manifest import read_manifest
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -44,40 +42,16 @@ SENTENCES = [
 USER_WORDS = ["zorblax", "zorbaz", "daniel"]
 
 
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory, ngram: NgramModel) -> Path:
-    root = tmp_path_factory.mktemp("cache-models")
-    write_model_folder(
-        ngram,
-        root / NGRAM,
-        name=NGRAM,
-        tokenizer=TokenizerSpec.model_validate({"lowercase": True, "pattern": KJV_PATTERN}),
-        provenance=Provenance(trained_by="tests"),
-    )
-    (root / LSTM).symlink_to(LSTM_FOLDER)
-    return root
-
-
-def _server(repository: Path) -> BackgroundServer:
-    settings = load_settings(
-        {
-            "model_repository": repository,
-            "host": "127.0.0.1",
-            "port": 0,
-            "metrics_enabled": False,
-            "complete_cache_weight": WEIGHT,
-            "complete_user_word_count": USER_COUNT,
-            "complete_cache_history_words": HISTORY_WORDS,
-        }
-    )
-    return start_background_server(settings, registry=CollectorRegistry())
+SETTINGS: dict[str, object] = {
+    "complete_cache_weight": WEIGHT,
+    "complete_user_word_count": USER_COUNT,
+    "complete_cache_history_words": HISTORY_WORDS,
+}
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[BackgroundServer]:
-    running = _server(repository)
-    yield running
-    running.stop(grace=1.0)
+def server(serve: ServerFactory, kjv_repository: Path) -> BackgroundServer:
+    return serve(kjv_repository, **SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +188,7 @@ def test_a_repeated_rare_word_is_offered_the_second_time(client: LmServeClient) 
 
 
 def test_a_session_rebuilt_on_another_server_answers_the_same_words(
-    client: LmServeClient, repository: Path
+    client: LmServeClient, serve: ServerFactory, kjv_repository: Path
 ) -> None:
     with client.complete(LSTM, k=10, user_words=USER_WORDS, cache_weight=0.3) as session:
         for sentence in SENTENCES[:2]:
@@ -223,7 +197,7 @@ def test_a_session_rebuilt_on_another_server_answers_the_same_words(
         session.type("then zorblax said unto ne")
         held = session.suggest("ne")
         history, context = session.history, session.context
-    other = _server(repository)
+    other = serve.private(kjv_repository, **SETTINGS)
     try:
         request = pb.CompleteRequest(
             model=LSTM,

@@ -19,13 +19,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from metrics_scrape import scrape
-from neural_folders import VOCAB, tiny_model, write_onnx_folder
-from prometheus_client import CollectorRegistry
+from neural_folders import VOCAB
 from serve_process import ServeProcess, child_pids, process_exists, process_title, wait_until
+from served import ServerFactory
 
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.front.workers.supervisor import WorkerEngine
-from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -34,30 +33,27 @@ TEXTS = ["the cat sat on the mat", "a dog", "the mat sat on the cat and the dog"
 
 
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory, model_repository: Path) -> Path:
+def repository(
+    tmp_path_factory: pytest.TempPathFactory, model_repository: Path, tiny_lstm: Path
+) -> Path:
     root = tmp_path_factory.mktemp("worker-models")
     shutil.copytree(model_repository / "test", root / "test")
-    write_onnx_folder(tiny_model("lstm", seed=3), VOCAB, root / "lstm", name="lstm")
+    (root / "lstm").symlink_to(tiny_lstm, target_is_directory=True)
     return root
 
 
-def _start(repository: Path, **settings: object) -> BackgroundServer:
-    base = {
-        "model_repository": repository,
-        "host": "127.0.0.1",
-        "port": 0,
-        "metrics_host": "127.0.0.1",
-        "metrics_port": 0,
-    }
-    return start_background_server(
-        load_settings({**base, **settings}), registry=CollectorRegistry()
-    )
+METRICS = {"metrics_enabled": True, "metrics_host": "127.0.0.1", "metrics_port": 0}
+
+
+def _start(serve: ServerFactory, repository: Path, **settings: object) -> BackgroundServer:
+    """A server of the test's own (it kills a worker, or needs other settings)."""
+    return serve.private(repository, **METRICS, **settings)
 
 
 @pytest.fixture
-def server(repository: Path) -> Iterator[BackgroundServer]:
-    with _start(repository) as running:
-        yield running
+def server(serve: ServerFactory, repository: Path) -> BackgroundServer:
+    """The module's shared server: tests that leave it as they found it (none kills a worker)."""
+    return serve(repository, **METRICS)
 
 
 @pytest.fixture
@@ -138,7 +134,7 @@ def _everything(stub: Stub, model: str) -> dict[str, object]:
 
 
 def test_each_model_computes_in_a_worker_named_after_it_and_answers_as_in_process(
-    server: BackgroundServer, stub: Stub, repository: Path
+    serve: ServerFactory, server: BackgroundServer, stub: Stub, repository: Path
 ) -> None:
     for model in ("test", "lstm"):
         engine = _engine(server, model)
@@ -146,7 +142,7 @@ def test_each_model_computes_in_a_worker_named_after_it_and_answers_as_in_proces
         assert process_title(engine.pid) == f"lmserve: engine {model}"
     through_workers = {model: _everything(stub, model) for model in ("test", "lstm")}
     with (
-        _start(repository, engine_workers=False) as alone,
+        _start(serve, repository, engine_workers=False) as alone,
         grpc.insecure_channel(alone.address) as channel,
     ):
         assert alone.running.workers is None
@@ -183,9 +179,17 @@ def _score_loop(stub: Stub, model: str, stop: threading.Event, outcomes: list[ob
             time.sleep(0.01)
 
 
+@pytest.fixture
+def killable(serve: ServerFactory, repository: Path) -> Iterator[tuple[BackgroundServer, Stub]]:
+    """A server of the test's own, whose worker it kills, and a stub on it."""
+    with _start(serve, repository) as running, grpc.insecure_channel(running.address) as channel:
+        yield running, Stub(channel)
+
+
 def test_a_killed_worker_fails_only_its_own_calls_and_serves_again(
-    server: BackgroundServer, stub: Stub
+    killable: tuple[BackgroundServer, Stub],
 ) -> None:
+    server, stub = killable
     killed = _engine(server, "lstm")
     old_pid = killed.pid
     assert old_pid is not None
@@ -221,9 +225,11 @@ def test_a_killed_worker_fails_only_its_own_calls_and_serves_again(
     assert samples[("lmserve_engine_worker_restarts_total", frozenset({("model", "lstm")}))] == 1
 
 
-def test_a_worker_that_keeps_dying_marks_its_model_failed(repository: Path) -> None:
+def test_a_worker_that_keeps_dying_marks_its_model_failed(
+    serve: ServerFactory, repository: Path
+) -> None:
     with (
-        _start(repository, worker_max_restarts=1) as server,
+        _start(serve, repository, worker_max_restarts=1) as server,
         grpc.insecure_channel(server.address) as channel,
     ):
         stub = Stub(channel)
@@ -291,7 +297,9 @@ def test_a_cancelled_stream_stops_generating_in_its_worker(
     assert _gauge(server, "lmserve_generated_tokens_total", "lstm") == generated
 
 
-def test_a_slow_reader_is_parked_in_its_worker_and_gets_every_token(repository: Path) -> None:
+def test_a_slow_reader_is_parked_in_its_worker_and_gets_every_token(
+    serve: ServerFactory, repository: Path
+) -> None:
     """The front reports what its handler took; the worker parks a stream whose reader fell
     `max_unread_events` behind and resumes it when it caught up: same tokens as a fast read."""
     request = pb.GenerateRequest(
@@ -303,7 +311,7 @@ def test_a_slow_reader_is_parked_in_its_worker_and_gets_every_token(repository: 
     )
     options = [("grpc.http2.bdp_probe", 0)]  # the window stays at 64 KiB
     with (
-        _start(repository, max_unread_events=32) as server,
+        _start(serve, repository, max_unread_events=32) as server,
         grpc.insecure_channel(server.address, options=options) as channel,
     ):
         stub = Stub(channel)
@@ -328,7 +336,7 @@ def test_the_front_holds_no_model_weights(server: BackgroundServer, stub: Stub) 
 
 
 def test_a_broken_graph_fails_in_its_worker_and_shows_in_list_models(
-    repository: Path, tmp_path: Path
+    serve: ServerFactory, repository: Path, tmp_path: Path
 ) -> None:
     root = tmp_path / "models"
     shutil.copytree(repository, root)
@@ -341,7 +349,7 @@ def test_a_broken_graph_fails_in_its_worker_and_shows_in_list_models(
     data = yaml.safe_load(manifest)
     data["files"]["step"]["sha256"] = sha256_of(root / "lstm" / "step.onnx")
     (root / "lstm" / "model.yaml").write_text(yaml.safe_dump(data))
-    with _start(root) as running, grpc.insecure_channel(running.address) as channel:
+    with _start(serve, root) as running, grpc.insecure_channel(running.address) as channel:
         stub = Stub(channel)
         infos = {m.name: m for m in stub.ListModels(pb.ListModelsRequest()).models}
         assert infos["test"].state == pb.MODEL_STATE_READY
@@ -354,11 +362,11 @@ def test_a_broken_graph_fails_in_its_worker_and_shows_in_list_models(
 
 
 def test_a_client_mistake_logs_no_traceback_in_the_worker(
-    repository: Path, capfd: pytest.CaptureFixture[str]
+    serve: ServerFactory, repository: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     options = pb.ScoreOptions(bos=False)  # not offered by recurrent models
     # Started here: its workers write to this test's captured stderr.
-    with _start(repository) as running, grpc.insecure_channel(running.address) as channel:
+    with _start(serve, repository) as running, grpc.insecure_channel(running.address) as channel:
         stub = Stub(channel)
         for _ in range(3):
             with pytest.raises(grpc.RpcError) as caught:
