@@ -24,13 +24,12 @@ boundary, and the top k come from a best-first search with an expansion budget
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import LanguageModelBackend
-from lmserve.server.backends.stepping import Stepper
+from lmserve.server.backends.stepping import State, Stepper
 from lmserve.server.decoding.completion import (
     top_k_subword_words,
     top_k_words,
@@ -285,7 +284,7 @@ class Completer:
         assert self._pieces is not None
         stepper = self.stepper
         base = session.state_at(len(session.context))
-        cache: dict[tuple[int, ...], tuple[npt.NDArray[np.floating], Any]] = {}
+        cache: dict[tuple[int, ...], tuple[npt.NDArray[np.floating], State]] = {}
 
         def expand(path: tuple[int, ...]) -> npt.NDArray[np.floating]:
             if not path:
@@ -324,7 +323,7 @@ class Completer:
             self._steps.join(timeout)
 
 
-def _state_bytes(state: Any) -> int:
+def _state_bytes(state: object) -> int:
     """Memory of one session's model state (arrays anywhere inside it, or a transformer's
     cache, which counts its own)."""
     if isinstance(state, np.ndarray) or hasattr(state, "nbytes"):

@@ -18,12 +18,11 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.backends.stepping import Stepper
+from lmserve.server.backends.stepping import State, Stepper
 from lmserve.server.errors import ModelUnavailable
 from lmserve.server.logging_setup import log_failure
 from lmserve.server.worker.foreground import Foreground
@@ -36,17 +35,17 @@ log = logging.getLogger(__name__)
 class Advanced:
     """The states after each fed token (oldest first) and the distribution after the last."""
 
-    states: list[Any]
+    states: list[State]
     log_probs: npt.NDArray[np.floating]
 
 
 @dataclass(eq=False)
 class _Advance:
-    state: Any
+    state: State
     tokens: deque[int]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Advanced]
-    states: list[Any] = field(default_factory=list)
+    states: list[State] = field(default_factory=list)
     rebuild: list[int] | None = None
 
 
@@ -75,7 +74,7 @@ class SessionSteps:
         )
         self._thread.start()
 
-    async def advance(self, state: Any, tokens: list[int]) -> Advanced:
+    async def advance(self, state: State, tokens: list[int]) -> Advanced:
         """Feeds `tokens` from `state`; at least one token."""
         assert tokens, "advance needs a token"
         return await self._submit(_Advance(state, deque(tokens), *self._future()))

@@ -14,15 +14,16 @@ few tokens costs one step instead of a rebuild.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from lmserve.server.backends.stepping import State
 from lmserve.server.decoding.word_cache import CacheConfig, WordCache
 from lmserve.server.settings import SessionSettings
 from lmserve.server.shared.stats import EngineStats
@@ -63,7 +64,7 @@ class Session:
     session_id: str
     context: list[int] = field(default_factory=list)
     # states[i] is the state after <s> + context[: offset + i]; older ones are dropped.
-    states: list[Any] = field(default_factory=list)
+    states: list[State] = field(default_factory=list)
     offset: int = 0
     log_probs: npt.NDArray[np.floating] | None = None
     state_bytes: int = 0
@@ -71,7 +72,7 @@ class Session:
     # What the cache counted for this session when it was last stored.
     counted_bytes: int = 0
     # Created by `Completer.apply` on its event loop: one message at a time changes the session.
-    stream_lock: Any = None
+    stream_lock: asyncio.Lock | None = None
     # The session's own words (word models; `decoding.word_cache`).
     cache: WordCache | None = None
 
@@ -81,7 +82,7 @@ class Session:
         cache = self.cache.nbytes if self.cache is not None else 0
         return dist + self.state_bytes * len(self.states) + 8 * len(self.context) + cache
 
-    def state_at(self, length: int) -> Any | None:
+    def state_at(self, length: int) -> State | None:
         """The state after <s> + context[:length], if still kept."""
         i = length - self.offset
         if 0 <= i < len(self.states):
