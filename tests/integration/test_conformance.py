@@ -206,11 +206,21 @@ def _post(server: BackgroundServer, path: str, body: dict[str, Any]) -> Any:
 
 
 def _echo(server: BackgroundServer, model: str, prompt: str | list[int]) -> list[float | None]:
+    """/v1's echoed log-probs of `prompt`; each position's top alternative (one greedy step of
+    the prefix) is at least as likely as the token there, and is it when it names it."""
     body = {"model": model, "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1}
-    logprobs: list[float | None] = _post(server, "/v1/completions", body)["choices"][0]["logprobs"][
-        "token_logprobs"
-    ]
-    return logprobs
+    logprobs = _post(server, "/v1/completions", body)["choices"][0]["logprobs"]
+    token_logprobs: list[float | None] = logprobs["token_logprobs"]
+    tops = logprobs["top_logprobs"]
+    assert len(tops) == len(token_logprobs) == len(logprobs["tokens"])
+    for token, lp, top in zip(logprobs["tokens"], token_logprobs, tops, strict=True):
+        if lp is None:
+            continue
+        [(best, best_lp)] = top.items()
+        assert best_lp >= lp - ATOL, (token, lp, top)
+        if best == token:
+            assert abs(best_lp - lp) <= ATOL, (token, lp, top)
+    return token_logprobs
 
 
 def _close(got: Sequence[float | None], expected: Sequence[float | None], what: str) -> None:
@@ -327,11 +337,11 @@ def test_rerank_lm_log_prob_is_scores_total(
 
 
 def _client_generation(
-    client: LmServeClient, model: str, sampling: dict[str, Any]
+    client: LmServeClient, model: str, sampling: dict[str, Any], prompt: str | list[int] = PROMPT
 ) -> tuple[list[GeneratedToken], GenerationFinished]:
     tokens: list[GeneratedToken] = []
     finished: list[GenerationFinished] = []
-    for event in client.generate(model, PROMPT, max_new_tokens=NEW_TOKENS, **sampling):
+    for event in client.generate(model, prompt, max_new_tokens=NEW_TOKENS, **sampling):
         (tokens if isinstance(event, GeneratedToken) else finished).append(event)  # type: ignore[arg-type]
     assert len(finished) == 1
     return tokens, finished[0]
@@ -387,6 +397,20 @@ def test_generate_is_the_same_on_every_surface(
     )
     [scored] = client.stub.Score(request).results
     _close([t.log_prob for t in tokens], scored.details.log_probs[len(prompt_ids) :], "score")
+    # A prompt of the text's ids (Generate's prompt_token_ids, a /v1 token-id prompt): with its
+    # leading start id, read as the text is; without, the same on a model read from <s>, while
+    # a transformer reads the first id as context (the client and /v1 still agree).
+    bos = client.get_model(model).special_tokens.bos_id
+    for id_prompt in ([bos, *prompt_ids], prompt_ids):
+        with_logprobs = {**sampling, "logprobs": True}
+        from_ids, _ = _client_generation(client, model, with_logprobs, prompt=id_prompt)
+        v1_ids = _post(server, "/v1/completions", {**body, **sampling, "prompt": id_prompt})
+        assert v1_ids["choices"][0]["logprobs"]["tokens"] == [
+            t.text for t in from_ids if t.token_id != eos
+        ]
+        if id_prompt[0] == bos or not family.transformer:
+            assert [t.token_id for t in from_ids] == ids, id_prompt
+            _close([t.log_prob for t in from_ids], [t.log_prob for t in tokens], "ids")
 
 
 @by_family
@@ -476,9 +500,16 @@ def test_tokenize_then_detokenize_gives_the_text_back(
     family: Family, client: LmServeClient, server: BackgroundServer
 ) -> None:
     model = family.model
+    specials = client.get_model(model).special_tokens
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{_port(server)}/tokenizer_info?model={model}", timeout=60
+    ) as response:
+        info = json.load(response)
+    assert (info["bos_token"], info["eos_token"]) == (specials.bos, specials.eos)
     for text, result in zip(TEXTS, _scores(client, model, eos=False), strict=True):
         tokenized = _post(server, "/tokenize", {"model": model, "prompt": text})
         assert tokenized["tokens"] == _token_ids(result)
+        assert tokenized["max_model_len"] >= len(tokenized["tokens"])
         back = _post(server, "/detokenize", {"model": model, "tokens": tokenized["tokens"]})
         assert result.tokens is not None
         assert back["prompt"] == _as_read(family, text, [t.oov for t in result.tokens])
