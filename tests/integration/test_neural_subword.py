@@ -321,7 +321,7 @@ def test_the_manifest_records_the_command_that_ran(
     [
         ("bpe-vocab-mismatch", "vocab.txt: token 3 is"),
         ("char-bad-escape", "vocab.txt: character vocabulary: bad escape '\\\\q'"),
-        ("bpe-mix", "a bpe tokenizer is not served for interpolated models"),
+        ("bpe-mix", "a bpe tokenizer is not served with kind 'interpolated'"),
         ("char-ngram", "manifest lists no file 'vocab'"),
     ],
 )

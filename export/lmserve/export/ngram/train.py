@@ -238,7 +238,7 @@ def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
         with timer.phase("build_seconds"):
             engine = NgramModel.from_arpa(arpa_path)
             if tokens.codec is not None:  # the ARPA's escaped words -> the tokens themselves
-                engine.rename_tokens(tokens.codec.vocab)
+                engine.adopt_vocabulary(tokens.codec.vocab)
     train_seconds = sum(timer.timings.values())
     metrics: dict[str, float] = {"train_seconds": round(train_seconds, 3)}
     with timer.phase("evaluate_seconds"):

@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.positions import Positions
 from lmserve.server.backends.stepping import ContextStepper, Stepper
-from lmserve.server.families.codecs import word_codec
+from lmserve.server.errors import ModelLoadError
+from lmserve.server.families.codecs import check_escaped_tokens, word_codec
 from lmserve.server.manifest import ModelManifest, TokenizerKind
 from lmserve.server.text.codec import TextCodec
 from lmserve.v1 import lm_service_pb2 as pb
@@ -66,6 +67,16 @@ class ServingRules:
     cache_bytes_per_position: int = 0
     rerank_feeds_prefixes: bool = False
     reads_from_start: bool = True
+
+
+@runtime_checkable
+class AdoptsVocabulary(Protocol):
+    """A backend that takes new strings for the same ids (recurrent and n-gram models)."""
+
+    @property
+    def vocab(self) -> Vocabulary: ...
+
+    def adopt_vocabulary(self, vocab: Vocabulary) -> None: ...
 
 
 # The stepper of any loaded backend, whatever its family (a mixture steps its components).
@@ -127,6 +138,12 @@ class ModelFamily:
         vocabulary."""
         return read if read is not None else word_codec(folder, manifest, vocab)
 
+    def token_lines(self, folder: Path, manifest: ModelManifest) -> Path | None:
+        """The file whose lines a character or BPE model's backend reads as its tokens,
+        escaped (`vocab.txt`, an n-gram model's ARPA), or None when the backend takes its
+        tokens from the codec itself."""
+        return None
+
     def adopt_codec_tokens(
         self,
         folder: Path,
@@ -134,7 +151,15 @@ class ModelFamily:
         backend: LanguageModelBackend,
         vocab: Vocabulary,
     ) -> None:
-        """Gives a backend that read escaped tokens from its files the codec's own strings."""
+        """Gives a backend that read escaped tokens from its files (`token_lines`) the codec's
+        own strings, after checking the file lists exactly them."""
+        path = self.token_lines(folder, manifest)
+        if path is None:
+            return
+        if not isinstance(backend, AdoptsVocabulary):
+            raise ModelLoadError(str(path), "this backend cannot take its codec's tokens")
+        check_escaped_tokens(backend.vocab.words, vocab, path)
+        backend.adopt_vocabulary(vocab)
 
     def components(self, folder: Path, manifest: ModelManifest) -> list[str]:
         """The models this one is built from (loaded before it, in its worker too)."""

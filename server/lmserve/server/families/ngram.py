@@ -9,7 +9,7 @@ from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
 from lmserve.server.backends.ngram import NgramModel, load_model_folder_binary
 from lmserve.server.backends.ngram.folder import ngram_vocabulary
 from lmserve.server.backends.stepping import ContextStepper, Stepper
-from lmserve.server.families.codecs import check_escaped_tokens, subword_codec
+from lmserve.server.families.codecs import subword_codec
 from lmserve.server.families.family import LoadContext, ModelFamily, StepperOf
 from lmserve.server.manifest import ModelFormat, ModelKind, ModelManifest, TokenizerKind
 from lmserve.server.text.codec import TextCodec
@@ -44,18 +44,10 @@ class NgramFamily(ModelFamily):
     def read_codec(self, folder: Path, manifest: ModelManifest) -> TextCodec | None:
         return subword_codec(folder, manifest)
 
-    def adopt_codec_tokens(
-        self,
-        folder: Path,
-        manifest: ModelManifest,
-        backend: LanguageModelBackend,
-        vocab: Vocabulary,
-    ) -> None:
+    def token_lines(self, folder: Path, manifest: ModelManifest) -> Path | None:
         """A character or BPE model's ARPA words are its codec's tokens, escaped (a space
         cannot be an ARPA word), unigrams in the codec's id order."""
-        assert isinstance(backend, NgramModel)
-        check_escaped_tokens(backend.vocab.words, vocab, _arpa_path(folder, manifest))
-        backend.rename_tokens(vocab)
+        return _arpa_path(folder, manifest)
 
     def stepper(self, backend: LanguageModelBackend, stepper_of: StepperOf) -> Stepper:
         assert isinstance(backend, NgramModel)

@@ -12,7 +12,7 @@ from lmserve.server.backends.recurrent import RecurrentBackend, RecurrentSpec, r
 from lmserve.server.backends.stepping import RecurrentStepper, Stepper
 from lmserve.server.backends.torchscript import TorchScriptBackend
 from lmserve.server.errors import ModelLoadError
-from lmserve.server.families.codecs import check_escaped_tokens, manifest_path, subword_codec
+from lmserve.server.families.codecs import manifest_path, subword_codec
 from lmserve.server.families.family import LoadContext, ModelFamily, StepperOf
 from lmserve.server.manifest import ModelFormat, ModelKind, ModelManifest, TokenizerKind
 from lmserve.server.text.codec import TextCodec
@@ -62,17 +62,9 @@ class RecurrentFamily(ModelFamily):
     def read_codec(self, folder: Path, manifest: ModelManifest) -> TextCodec | None:
         return subword_codec(folder, manifest)
 
-    def adopt_codec_tokens(
-        self,
-        folder: Path,
-        manifest: ModelManifest,
-        backend: LanguageModelBackend,
-        vocab: Vocabulary,
-    ) -> None:
+    def token_lines(self, folder: Path, manifest: ModelManifest) -> Path | None:
         """`vocab.txt` lists a character or BPE model's tokens escaped, same ids."""
-        assert isinstance(backend, RecurrentBackend)
-        check_escaped_tokens(backend.vocab.words, vocab, manifest.file_path(folder, "vocab"))
-        backend.adopt_vocabulary(vocab)
+        return manifest.file_path(folder, "vocab")
 
     def stepper(self, backend: LanguageModelBackend, stepper_of: StepperOf) -> Stepper:
         assert isinstance(backend, RecurrentBackend)

@@ -150,7 +150,7 @@ class NgramModel:
     def vocab(self) -> Vocabulary:
         return self._vocab
 
-    def rename_tokens(self, vocab: Vocabulary) -> None:
+    def adopt_vocabulary(self, vocab: Vocabulary) -> None:
         """Takes a codec's token strings for the same ids: a character or BPE model's ARPA words
         are its tokens escaped (`text.char.escape_token`), the codec's are the tokens themselves.
         """
