@@ -38,7 +38,7 @@ from bench_adaptive_complete import heldout_blocks, train_heldout_model
 from common import emit, log, record
 
 from lmserve.client.savings import type_sentence
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.decoding.completion import top_k_words, top_k_words_with_cache
 from lmserve.server.decoding.word_cache import CacheConfig, WordCache
 from lmserve.server.text.prefix_index import WordPrefixIndex

@@ -211,7 +211,7 @@ def main() -> None:
     tokens = args.tokens or (16 if quick() else 64)
     runs = args.runs or (1 if quick() else 3)
 
-    from lmserve.server.backends.ngram import load_model_folder_binary
+    from lmserve.server.backends.ngram.folder import load_model_folder_binary
     from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
     from lmserve.server.families.catalog import make_stepper
     from lmserve.server.manifest import read_manifest

@@ -44,7 +44,7 @@ from common import (  # noqa: E402
     repeat,
 )
 
-from lmserve.server.backends.ngram import NgramModel  # noqa: E402
+from lmserve.server.backends.ngram.model import NgramModel  # noqa: E402
 from lmserve.server.text.word import (  # noqa: E402
     TextEncoder,
     WordTokenizer,

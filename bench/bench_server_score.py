@@ -71,7 +71,8 @@ def load_repository(explicit: Path | None) -> tuple[Path, ModelRepository]:
             return folder.parent, repo
         log(f"cached {folder} does not load; rebuilding it")
         shutil.rmtree(folder)
-    from lmserve.server.backends.ngram import NgramModel, write_model_folder
+    from lmserve.server.backends.ngram.folder import write_model_folder
+    from lmserve.server.backends.ngram.model import NgramModel
     from lmserve.server.manifest import Provenance, TokenizerSpec
 
     log(f"building {folder} from {KJV_5GRAM_ARPA}")

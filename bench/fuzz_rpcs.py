@@ -33,7 +33,8 @@ from fuzz_requests import (  # type: ignore[import-not-found]  # noqa: E402  (te
     send,
 )
 
-from lmserve.server.backends.ngram import NgramModel, write_model_folder  # noqa: E402
+from lmserve.server.backends.ngram.folder import write_model_folder  # noqa: E402
+from lmserve.server.backends.ngram.model import NgramModel  # noqa: E402
 from lmserve.server.front.process.app import start_background_server  # noqa: E402
 from lmserve.server.manifest import Provenance, TokenizerSpec  # noqa: E402
 from lmserve.server.settings import load_settings  # noqa: E402

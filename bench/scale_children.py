@@ -43,7 +43,7 @@ def child_lmserve(folder: Path, sentences: Path, check: int, runs: int) -> dict[
     sys.path.insert(0, str(REPO_ROOT / "server"))
     import numpy as np
 
-    from lmserve.server.backends.ngram import NgramModel
+    from lmserve.server.backends.ngram.model import NgramModel
     from lmserve.server.families.loading import load_backend
     from lmserve.server.manifest import read_manifest, verify_files
     from lmserve.server.text.word import encode_token_lists

@@ -13,7 +13,8 @@ from integration_data import KJV_PATTERN, MAX_TEXTS, MAX_TOKENS
 from neural_folders import VOCAB, tiny_model, write_onnx_folder
 from served import ServerFactory
 
-from lmserve.server.backends.ngram import NgramModel, write_model_folder
+from lmserve.server.backends.ngram.folder import write_model_folder
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import (
     ModelManifest,

@@ -26,7 +26,8 @@ from integration_data import KJV_PATTERN
 from served import ServerFactory
 
 from lmserve.client import Completion, LmServeClient
-from lmserve.server.backends.ngram import NgramModel, write_model_folder
+from lmserve.server.backends.ngram.folder import write_model_folder
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
 from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import Provenance, TokenizerSpec, read_manifest

@@ -23,7 +23,7 @@ from served import ServerFactory
 
 from lmserve.client import Completion, LmServeClient
 from lmserve.server.backends.base import LanguageModelBackend
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
 from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import read_manifest

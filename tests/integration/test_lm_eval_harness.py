@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.front.process.app import BackgroundServer, start_background_server
 from lmserve.server.registry.repository import load_entry
 from lmserve.server.settings import load_settings

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.onnx import OnnxBackend, OnnxOptions
 from lmserve.server.decoding.completion import top_k_words
 from lmserve.server.manifest import read_manifest

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_stepping import EagerBackend
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.beam import Hypothesis, beam_search, length_penalty, ngram_bans
 from lmserve.server.decoding.params import BeamParams, SamplingParams

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_beam import BIGRAM
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.decoding.beam import beam_search
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.errors import Cancelled, DeadlineExceeded, Overloaded

@@ -16,7 +16,7 @@ from neural_folders import VOCAB, tiny_model, write_onnx_folder
 
 from lmserve.server.backends.base import EncodedBatch, LanguageModelBackend
 from lmserve.server.backends.interpolated import InterpolatedBackend
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.segments import segment_sums
 from lmserve.server.families.family import LoadContext

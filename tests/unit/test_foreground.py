@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.decoding.scoring import ScoreOptions, Scorer
 from lmserve.server.text.codec import WordCodec
 from lmserve.server.text.word import WordTokenizer

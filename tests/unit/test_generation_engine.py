@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_stepping import EagerBackend
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.stepping import ContextStepper, Stepper
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.sampling import SequenceSampler, request_generators, sample_next

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 from lmserve.server.backends.base import EncodedBatch, Vocabulary
-from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.ngram import _kernel as kernel_module
 from lmserve.server.backends.ngram.hashing import EMPTY, FINAL_SLOT_DTYPE
-from lmserve.server.backends.ngram.model import c_kernel_available
+from lmserve.server.backends.ngram.model import NgramModel, c_kernel_available
 from lmserve.server.text import _wordindex as wordindex_module
 from lmserve.server.text.word import TextEncoder, WordTokenizer, encode_token_lists
 

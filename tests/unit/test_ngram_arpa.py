@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.ngram.arpa import ArpaModel, read_arpa
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.errors import ArpaFormatError
 from lmserve.server.text.word import encode_token_lists
 

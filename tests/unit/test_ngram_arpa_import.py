@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmserve.server.backends.ngram import NgramModel
 from lmserve.server.backends.ngram.arpa import read_arpa
 from lmserve.server.backends.ngram.arpa_import import import_arpa
 from lmserve.server.backends.ngram.build import build_tables
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.ngram.tables import NgramTables
 from lmserve.server.errors import ArpaFormatError
 from lmserve.server.text.word import encode_token_lists

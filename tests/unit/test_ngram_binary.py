@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lmserve.server.backends.ngram import NgramModel, write_model_folder
+from lmserve.server.backends.ngram.folder import write_model_folder
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.errors import ModelLoadError
 from lmserve.server.manifest import (
     Provenance,
@@ -126,8 +127,8 @@ def _set_version(path: Path, version: int) -> None:
 def test_older_binary_falls_back_to_the_arpa_copy(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from lmserve.server.backends.ngram import load_model_folder_binary
     from lmserve.server.backends.ngram.binary import VERSION
+    from lmserve.server.backends.ngram.folder import load_model_folder_binary
 
     model = NgramModel.from_arpa(FIXTURES / "toy.arpa")
     folder = tmp_path / "toy"

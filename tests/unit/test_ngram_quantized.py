@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmserve.server.backends.ngram import NgramModel, _kernel
+from lmserve.server.backends.ngram import _kernel
 from lmserve.server.backends.ngram.compact import LEVELS, CompactTable, mix, quantize
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.errors import ModelLoadError
 from lmserve.server.text.word import encode_token_lists
 

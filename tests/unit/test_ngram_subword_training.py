@@ -18,7 +18,7 @@ from lmserve.export.ngram.evaluate import Perplexity
 from lmserve.export.ngram.smoothing.kneser_ney import KENLM_FALLBACK, order_discounts
 from lmserve.export.ngram.tokens import make_tokenizer
 from lmserve.export.ngram.train import TrainConfig, train
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.text.char import escape_token
 from lmserve.server.text.word import encode_token_lists
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.text.word import encode_token_lists
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ngram"

@@ -25,7 +25,7 @@ from lmserve.export.ngram.smoothing import (
     smooth_mle,
 )
 from lmserve.export.ngram.vocab import encode_corpus, select_vocabulary
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.text.word import WordTokenizer
 
 TOY = [["a", "b", "a"], ["b", "a"]]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lmserve.server.backends.base import EncodedBatch, LanguageModelBackend
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.families.catalog import make_stepper
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.decoding.scoring import ScoreOptions, Scorer
 from lmserve.server.errors import DEFAULT_RETRY_AFTER, Overloaded
 from lmserve.server.settings import GenerationLimits

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.decoding.params import GenerateParams, SamplingParams, StoppingParams
 from lmserve.server.decoding.stopping import FinishReason
 from lmserve.server.errors import Overloaded

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch, LanguageModelBackend
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.decoding.scoring import PreparedScoring, ScoreOptions, Scorer
 from lmserve.server.errors import DeadlineExceeded, InvalidArgument, Overloaded
 from lmserve.server.text.codec import WordCodec

@@ -12,7 +12,7 @@ from neural_folders import VOCAB, tiny_model
 
 from lmserve.server.backends.base import EncodedBatch, LanguageModelBackend, Vocabulary
 from lmserve.server.backends.interpolated import InterpolatedBackend
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.recurrent import (
     RecurrentBackend,
     RecurrentSpec,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from bench_modules import load_bench_module
 
-from lmserve.server.backends.ngram import NgramModel
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.cli import main as server_main
 from lmserve.server.families.loading import load_backend
 from lmserve.server.manifest import read_manifest

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from lmserve.server.backends.ngram import NgramModel
+    from lmserve.server.backends.ngram.model import NgramModel
 
 
 @dataclass(frozen=True)

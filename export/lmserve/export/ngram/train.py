@@ -177,7 +177,8 @@ def smooth(counts: NgramCounts, config: TrainConfig, heldout: EncodedCorpus | No
 def train(config: TrainConfig, command_line: Sequence[str] = ()) -> TrainResult:
     """Runs the whole pipeline and returns what it wrote and measured."""
     from lmserve.export.ngram.evaluate import perplexity
-    from lmserve.server.backends.ngram import NgramModel, write_model_folder
+    from lmserve.server.backends.ngram.folder import write_model_folder
+    from lmserve.server.backends.ngram.model import NgramModel
     from lmserve.server.manifest import Provenance
 
     if config.arpa_only and config.binary_only:

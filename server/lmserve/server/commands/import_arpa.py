@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from datetime import UTC, datetime
 
-    from lmserve.server.backends.ngram import NgramModel, write_model_folder
+    from lmserve.server.backends.ngram.folder import write_model_folder
+    from lmserve.server.backends.ngram.model import NgramModel
     from lmserve.server.commands.import_progress import ImportProgress
     from lmserve.server.errors import ModelLoadError
     from lmserve.server.manifest import Provenance, TokenizerSpec

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
-from lmserve.server.backends.ngram import NgramModel, load_model_folder_binary
-from lmserve.server.backends.ngram.folder import ngram_vocabulary
+from lmserve.server.backends.ngram.folder import load_model_folder_binary, ngram_vocabulary
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.backends.stepping import ContextStepper, Stepper
 from lmserve.server.families.codecs import subword_codec
 from lmserve.server.families.family import LoadContext, ModelFamily, StepperOf

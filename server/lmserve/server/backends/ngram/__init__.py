@@ -1,11 +1,9 @@
 """The n-gram backend: ARPA reading, the memory-mapped binary format and its model folders,
 KenLM-exact scoring and next-token distributions.
 
-model = NgramModel.from_arpa("kjv.5gram.arpa.gz")   # or NgramModel.load("model.lmbin")
-model.score(encode_token_lists([["in", "the", "beginning"]], model.vocab)).totals
+    model = NgramModel.from_arpa("kjv.5gram.arpa.gz")   # model.NgramModel, or .load("x.lmbin")
+    model.score(encode_token_lists([["in", "the", "beginning"]], model.vocab)).totals
+
+The package itself imports nothing: its modules import its C extensions (`_kernel`,
+`_arpa_import`) from it, so importing them here would make each module import itself.
 """
-
-from lmserve.server.backends.ngram.folder import load_model_folder_binary, write_model_folder
-from lmserve.server.backends.ngram.model import NgramModel
-
-__all__ = ["NgramModel", "load_model_folder_binary", "write_model_folder"]
