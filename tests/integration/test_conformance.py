@@ -42,16 +42,15 @@ from hf_models import checkpoint
 from http_calls import call, stream_call
 from integration_data import KJV_PATTERN
 from neural_folders import tiny_model, write_onnx_folder
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 from websockets.sync.client import connect
 
 from lmserve.client import GeneratedToken, GenerationFinished, LmServeClient, TextScore
 from lmserve.export.custom import export_module
 from lmserve.export.hf.importer import export_checkpoint
 from lmserve.server.cli import main
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import ModelManifest, write_manifest
-from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 
 CORPUS = Path(__file__).resolve().parents[2] / "export/lmserve/export/corpora/kjv"
@@ -162,20 +161,10 @@ def _lstm_vocab() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {
-            "model_repository": repository,
-            "host": "127.0.0.1",
-            "port": 0,
-            "http_port": 0,
-            "metrics_enabled": False,
-            "complete_cache_weight": 0.0,  # the models' own completions
-        }
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+def server(serve: ServerFactory, repository: Path) -> Iterator[BackgroundServer]:
+    # Its own (no other module serves this repository), stopped when the module ends.
+    with serve.private(repository, complete_cache_weight=0.0) as running:  # models' own words
+        yield running
 
 
 @pytest.fixture(scope="module")
