@@ -18,8 +18,10 @@ The rules where families legitimately differ are written here, not skipped:
   the first id given `<s>`, and a transformer reads it as context (null log-prob);
 - `/tokenize` then `/detokenize` gives the text back as the model reads it: lowercased and cut
   by the KJV token pattern (punctuation dropped) on the KJV word models, split at spaces on the
-  brought word models, each word outside a word vocabulary as `<unk>` (Score's `oov`), and the
-  text exactly on the BPE and byte-level models.
+  brought word models, each word outside a word vocabulary as `<unk>` (Score's `oov`); on the
+  BPE n-gram each character outside its alphabet (the lowercase letters of its KJV slice) as
+  `<unk>`, a word ending in one losing its end of word (joined to the next: the ids carry no
+  boundary there); the text exactly on the byte-level transformers.
 """
 
 from __future__ import annotations
