@@ -25,7 +25,7 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
-from typing import Any
+from typing import Generic, TypeVar
 
 import msgspec
 import numpy as np
@@ -39,6 +39,8 @@ from lmserve.server.decoding.scoring import PreparedScoring, ScoreOptions
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
 
 _HEADER = struct.Struct("<I")
+T = TypeVar("T")
+G = TypeVar("G", bound=np.generic)
 
 
 class Array(msgspec.Struct, array_like=True, frozen=True):
@@ -53,8 +55,16 @@ class Array(msgspec.Struct, array_like=True, frozen=True):
         a = np.ascontiguousarray(array)
         return cls(a.dtype.str, tuple(a.shape), a.tobytes())
 
-    def numpy(self) -> npt.NDArray[Any]:
+    def numpy(self) -> npt.NDArray[np.generic]:
+        """The array, of whatever dtype it was sent with."""
         return np.frombuffer(self.data, dtype=np.dtype(self.dtype)).reshape(self.shape)
+
+    def of_type(self, dtype: type[G]) -> npt.NDArray[G]:
+        """The array, which the sender declared of `dtype` (a frame naming another dtype is
+        refused: the receiver's types would be wrong)."""
+        if np.dtype(self.dtype).type is not dtype:
+            raise TypeError(f"an array of {self.dtype}, not of {np.dtype(dtype).str}")
+        return np.frombuffer(self.data, dtype=dtype).reshape(self.shape)
 
 
 def optional_array(array: npt.ArrayLike | None) -> Array | None:
@@ -66,7 +76,7 @@ class ErrorInfo(msgspec.Struct, array_like=True, frozen=True):
 
     kind: str
     message: str
-    attributes: dict[str, Any] = {}
+    attributes: dict[str, str | int | float | None] = {}
 
     @classmethod
     def of(cls, exc: BaseException) -> ErrorInfo:
@@ -197,12 +207,22 @@ class Start(msgspec.Struct, tag=True, array_like=True, frozen=True):
     spec: bytes
 
     @classmethod
-    def of(cls, spec: Any) -> Start:
+    def of(cls, spec: object) -> Start:
         return cls(pickle.dumps(spec, protocol=5))
 
-    def worker_spec(self) -> Any:
-        return pickle.loads(self.spec)
+    def worker_spec(self, kind: type[T]) -> T:
+        """The spec, as the worker's own `kind` (`worker.process.WorkerSpec`: this module sits
+        under the worker and may not name it)."""
+        spec = pickle.loads(self.spec)
+        if not isinstance(spec, kind):
+            raise TypeError(f"Start carries a {type(spec).__name__}, not a {kind.__name__}")
+        return spec
 
+
+# The calls: each answered by one `Reply` with its `rid`.
+Call = (
+    ScoreCall | ScoreResponseCall | PrefixTotalsCall | BeamSearchCall | CompleteCall | MetricsCall
+)
 
 ToWorker = (
     ScoreCall
@@ -357,17 +377,17 @@ def scoring_work(prepared: PreparedScoring) -> ScoringWork:
 
 def prepared_of(work: ScoringWork) -> PreparedScoring:
     """The prepared request back from the protocol (worker side)."""
-    oov_counts = work.oov_counts.numpy()
+    oov_counts = work.oov_counts.of_type(np.int64)
     batch = EncodedBatch(
-        ids=work.ids.numpy(),
-        offsets=work.offsets.numpy(),
-        oov=work.oov.numpy(),
+        ids=work.ids.of_type(np.int32),
+        offsets=work.offsets.of_type(np.int64),
+        oov=work.oov.of_type(np.bool_),
         oov_counts=oov_counts,
-        starts=None if work.starts is None else work.starts.numpy(),
+        starts=None if work.starts is None else work.starts.of_type(np.int32),
     )
     return PreparedScoring(
         batch=batch,
-        lengths=work.lengths.numpy(),
+        lengths=work.lengths.of_type(np.int64),
         words=work.words,
         word_lists=work.word_lists,
         options=ScoreOptions(bos=work.bos, eos=work.eos),
@@ -410,29 +430,46 @@ def encode(message: msgspec.Struct) -> bytearray:
     return frame
 
 
-def decoder(kind: Any) -> msgspec.msgpack.Decoder[Any]:
+M = TypeVar("M", ToFront, ToWorker)
+
+
+class Direction(Generic[M]):
+    """One direction's frames: the union of its message types (`TO_FRONT`, `TO_WORKER`).
+
+    A union is no `type[T]` to mypy, so msgspec's stubs cannot infer a decoder's message type
+    from it; the direction names that type once, here, and `decoder` returns it."""
+
+    def __init__(self, kind: object) -> None:
+        self.kind = kind
+
+    def decoder(self) -> msgspec.msgpack.Decoder[M]:
+        decoder: msgspec.msgpack.Decoder[M] = msgspec.msgpack.Decoder(self.kind)
+        return decoder
+
+
+TO_FRONT: Direction[ToFront] = Direction(ToFront)
+TO_WORKER: Direction[ToWorker] = Direction(ToWorker)
+
+
+def decoder(direction: Direction[M]) -> msgspec.msgpack.Decoder[M]:
     """A decoder for one direction's messages (`TO_FRONT` or `TO_WORKER`)."""
-    return msgspec.msgpack.Decoder(kind)
+    return direction.decoder()
 
 
-TO_FRONT: Any = ToFront
-TO_WORKER: Any = ToWorker
-
-
-class FrameReader:
+class FrameReader(Generic[M]):
     """Cuts a byte stream into messages (the asyncio side: bytes arrive in any pieces)."""
 
-    def __init__(self, kind: Any) -> None:
+    def __init__(self, direction: Direction[M]) -> None:
         self._buffer = bytearray()
-        self._decode = decoder(kind).decode
+        self._decoder: msgspec.msgpack.Decoder[M] = direction.decoder()
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, data: bytes) -> list[M]:
         buffer = self._buffer
         buffer += data
-        out = []
+        out: list[M] = []
         start = 0
         end = len(buffer)
-        decode = self._decode
+        decode = self._decoder.decode
         while end - start >= 4:
             (size,) = _HEADER.unpack_from(buffer, start)
             if end - start - 4 < size:
@@ -444,7 +481,7 @@ class FrameReader:
         return out
 
 
-def recv_frame(sock: socket.socket, decode: msgspec.msgpack.Decoder[Any]) -> Any | None:
+def recv_frame(sock: socket.socket, decode: msgspec.msgpack.Decoder[M]) -> M | None:
     """One message from a blocking socket; None when the other end closed."""
     header = _recv_exactly(sock, 4)
     if header is None:

@@ -32,11 +32,12 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
+import numpy as np
 import setproctitle
 
 from lmserve.server.decoding.bias import BiasMatch
@@ -49,6 +50,7 @@ from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.core import EngineCore
 from lmserve.server.worker.generation.delivery import Items, Poster
 from lmserve.server.worker.generation.sequence import (
+    Event,
     GenerationRequest,
     GenerationStream,
 )
@@ -104,22 +106,22 @@ class _WireStream(GenerationStream):
     ) -> None:
         self.sid = sid
         self.server = server
-        self._waker: Any = None
+        self._waker: Callable[[], None] | None = None
         super().__init__(request, samples)
 
     @property
-    def waker(self) -> Any:
+    def waker(self) -> Callable[[], None] | None:
         return self._waker
 
     @waker.setter
-    def waker(self, value: Any) -> None:
+    def waker(self, value: Callable[[], None] | None) -> None:
         # Parking sets it (the stream is parked), release clears it: the front reports every
         # take while parked, so the stream resumes as soon as its reader caught up.
         if (value is None) != (self._waker is None):
             self.server.sender.send(p.Parked(self.sid, value is not None))
         self._waker = value
 
-    def chunk(self, item: list[Any] | BaseException) -> p.StreamChunk:
+    def chunk(self, item: list[Event] | BaseException) -> p.StreamChunk:
         """Scheduler thread: the hand-over as the front receives it; counts ended samples."""
         if isinstance(item, BaseException):
             self._unfinished = 0
@@ -198,7 +200,7 @@ class _WorkerServer:
         for stream in streams.values():
             stream.cancel()
 
-    def dispatch(self, message: Any) -> None:
+    def dispatch(self, message: p.ToWorker) -> None:
         match message:
             case p.Taken(sid, taken):
                 stream = self.streams.get(sid)
@@ -216,11 +218,13 @@ class _WorkerServer:
                     call.cancel()
             case p.Stop():
                 self.stopped.set()
+            case p.Start():  # only ever a connection's first frame (`main`)
+                raise RuntimeError("a Start frame after the worker started")
             case _:
                 rid = message.rid
                 self.calls[rid] = self.loop.create_task(self._call(rid, message))
 
-    async def _call(self, rid: int, message: Any) -> None:
+    async def _call(self, rid: int, message: p.Call) -> None:
         try:
             reply = await self._answer(rid, message)
         except asyncio.CancelledError:
@@ -234,7 +238,7 @@ class _WorkerServer:
         finally:
             self.calls.pop(rid, None)
 
-    async def _answer(self, rid: int, message: Any) -> msgspec.Struct:
+    async def _answer(self, rid: int, message: p.Call) -> p.Reply:
         core = self.core
         match message:
             case p.ScoreResponseCall(_, work, model, bias, deadline):
@@ -246,7 +250,7 @@ class _WorkerServer:
                 return p.batch_scores_reply(rid, await core.score(p.prepared_of(work), deadline))
             case p.PrefixTotalsCall(_, ids, offsets, eos, deadline):
                 totals = await core.prefix_totals(
-                    ids.numpy(), offsets.numpy(), eos=eos, deadline=deadline
+                    ids.of_type(np.int32), offsets.of_type(np.int64), eos=eos, deadline=deadline
                 )
                 return p.PrefixTotalsReply(rid, p.Array.of(totals.totals), totals.computed)
             case p.BeamSearchCall(_, prompt_ids, params, deadline):
@@ -363,7 +367,11 @@ def main(fd: int) -> None:
     first = p.recv_frame(sock, p.decoder(p.TO_WORKER))
     if not isinstance(first, p.Start):  # the front went away before it said what to serve
         os._exit(0)
-    run_worker(first.worker_spec(), sock)
+    # Run as `python -m`, this module is `__main__`: the spec unpickles as the class of the
+    # module under its own name (pickle imports it), so that is the class to check it against.
+    from lmserve.server.worker.process import WorkerSpec as Spec
+
+    run_worker(first.worker_spec(Spec), sock)
 
 
 def run_worker(spec: WorkerSpec, sock: socket.socket) -> None:

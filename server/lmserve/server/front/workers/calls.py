@@ -8,7 +8,7 @@ and Generate's messages come back as wire bytes, built by the worker.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,8 @@ from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
 from lmserve.server.worker.core import PrefixTotals
 from lmserve.server.worker.generation.sequence import GenerationRequest, GenerationStream
 
+G = TypeVar("G", bound=np.generic)
+
 
 class EngineCalls:
     """`ModelEngine`'s calls, carried over `_live()`'s connection (a subclass supplies it)."""
@@ -33,12 +35,14 @@ class EngineCalls:
 
     async def score(self, prepared: PreparedScoring, deadline: float | None = None) -> BatchScores:
         work = p.scoring_work(prepared)
-        reply = await self._live().call(lambda rid: p.ScoreCall(rid, work, deadline))
+        reply = await self._live().call(
+            lambda rid: p.ScoreCall(rid, work, deadline), p.BatchScoresReply
+        )
         return BatchScores(
-            totals=reply.totals.numpy(),
-            token_log_probs=_numpy(reply.token_log_probs),
-            token_offsets=_numpy(reply.token_offsets),
-            ngram_lengths=_numpy(reply.ngram_lengths),
+            totals=reply.totals.of_type(np.float64),
+            token_log_probs=_of_type(reply.token_log_probs, np.float64),
+            token_offsets=_of_type(reply.token_offsets, np.int64),
+            ngram_lengths=_of_type(reply.ngram_lengths, np.int32),
         )
 
     async def score_response(
@@ -51,10 +55,9 @@ class EngineCalls:
         work = p.scoring_work(prepared)
         found = None if bias is None else [p.BiasFound(b.boost, list(b.phrases)) for b in bias]
         reply = await self._live().call(
-            lambda rid: p.ScoreResponseCall(rid, work, model, found, deadline)
+            lambda rid: p.ScoreResponseCall(rid, work, model, found, deadline), p.ScoreReply
         )
-        response: bytes = reply.response
-        return response
+        return reply.response
 
     async def prefix_totals(
         self,
@@ -66,9 +69,10 @@ class EngineCalls:
     ) -> PrefixTotals:
         call = p.PrefixTotalsCall
         reply = await self._live().call(
-            lambda rid: call(rid, p.Array.of(ids), p.Array.of(offsets), eos, deadline)
+            lambda rid: call(rid, p.Array.of(ids), p.Array.of(offsets), eos, deadline),
+            p.PrefixTotalsReply,
         )
-        return PrefixTotals(reply.totals.numpy(), reply.computed)
+        return PrefixTotals(reply.totals.of_type(np.float64), reply.computed)
 
     def generate(self, request: GenerationRequest) -> GenerationStream:
         return self._live().open_stream(request)
@@ -77,15 +81,15 @@ class EngineCalls:
         self, prompt_ids: Sequence[int], params: BeamParams, deadline: float | None
     ) -> list[Hypothesis]:
         ids = [int(i) for i in prompt_ids]
-        reply = await self._live().call(lambda rid: p.BeamSearchCall(rid, ids, params, deadline))
-        hypotheses: list[Hypothesis] = reply.hypotheses
-        return list(hypotheses)
+        reply = await self._live().call(
+            lambda rid: p.BeamSearchCall(rid, ids, params, deadline), p.BeamSearchReply
+        )
+        return list(reply.hypotheses)
 
     async def complete(self, edit: CompleteEdit) -> CompleteAnswer:
-        reply = await self._live().call(lambda rid: p.CompleteCall(rid, edit))
-        answer: CompleteAnswer = reply.answer
-        return answer
+        reply = await self._live().call(lambda rid: p.CompleteCall(rid, edit), p.CompleteReply)
+        return reply.answer
 
 
-def _numpy(array: p.Array | None) -> Any:
-    return None if array is None else array.numpy()
+def _of_type(array: p.Array | None, dtype: type[G]) -> npt.NDArray[G] | None:
+    return None if array is None else array.of_type(dtype)

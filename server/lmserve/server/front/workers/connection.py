@@ -1,7 +1,7 @@
 """The front's end of one engine worker's socket: calls, streams, and what a death means.
 
     connection = WorkerConnection(name, on_lost)                  # an asyncio.Protocol
-    reply = await connection.call(lambda rid: ScoreCall(rid, work, deadline))
+    reply = await connection.call(lambda rid: ScoreCall(rid, work, deadline), BatchScoresReply)
     stream = connection.open_stream(request)                      # fed by `Events` frames
 
 Everything here runs on the front's event loop: frames arrive through `data_received` (no
@@ -22,7 +22,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TypeVar
 
 import msgspec
 
@@ -34,6 +34,8 @@ from lmserve.server.worker.generation.sequence import (
 )
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=p.Reply)
 
 
 class WorkerStream(GenerationStream):
@@ -133,7 +135,7 @@ class WorkerConnection(asyncio.Protocol):
         self._reader = p.FrameReader(p.TO_FRONT)
         self._transport: asyncio.Transport | None = None
         self._ids = itertools.count(1)
-        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._calls: dict[int, asyncio.Future[p.Reply]] = {}
         self._streams: dict[int, WorkerStream] = {}
         self.lost = False
         # Why the worker went away, for the errors of what was in flight (the supervisor
@@ -182,21 +184,28 @@ class WorkerConnection(asyncio.Protocol):
             with contextlib.suppress(ModelUnavailable):
                 self.send(message)
 
-    async def call(self, make: Callable[[int], msgspec.Struct]) -> Any:
-        """Sends the call `make(rid)` and returns the worker's reply (a `protocol.Reply`); an
-        `ErrorReply` is raised here as the error it carries. A caller that leaves
-        (cancelled) cancels the worker's task too."""
+    async def call(self, make: Callable[[int], p.Call], reply: type[R]) -> R:
+        """Sends the call `make(rid)` and returns the worker's reply, of the `protocol.Reply`
+        type `reply` the call is answered with; an `ErrorReply` is raised here as the error it
+        carries. A caller that leaves (cancelled) cancels the worker's task too."""
         rid = next(self._ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.send(make(rid))
+        future: asyncio.Future[p.Reply] = asyncio.get_running_loop().create_future()
+        message = make(rid)
+        self.send(message)
         self._calls[rid] = future
         try:
-            return await future
+            answer = await future
         except asyncio.CancelledError:
             self.notify(p.Cancel(rid))
             raise
         finally:
             self._calls.pop(rid, None)
+        if not isinstance(answer, reply):
+            raise RuntimeError(
+                f"model {self.name!r}: its engine worker answered {type(message).__name__} "
+                f"with {type(answer).__name__}, not {reply.__name__}"
+            )
+        return answer
 
     def open_stream(self, request: GenerationRequest) -> WorkerStream:
         sid = next(self._ids)
@@ -219,7 +228,7 @@ class WorkerConnection(asyncio.Protocol):
 
     # -- frames from the worker ----------------------------------------------------------------
 
-    def _dispatch(self, message: Any) -> None:
+    def _dispatch(self, message: p.ToFront) -> None:
         match message:
             case p.Events(chunks):
                 streams = self._streams

@@ -237,7 +237,9 @@ class WorkerEngine(EngineCalls):
             return None
         if self._pool.on_loop_thread():
             return self._stats
-        future = asyncio.run_coroutine_threadsafe(connection.call(p.MetricsCall), self._pool.loop)
+        future = asyncio.run_coroutine_threadsafe(
+            connection.call(p.MetricsCall, p.MetricsReply), self._pool.loop
+        )
         try:
             # Pickled: `EngineStats` with its histograms (see `shared.protocol`).
             self._stats = pickle.loads(future.result(timeout).stats)
