@@ -205,6 +205,28 @@ class TransformerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Quantization:
+    """A neural model quantized at export (`--quantize int8`): `method` "dynamic-int8" (int8
+    weights of `ops`, activations quantized per call, states float32) and its measured cost on
+    held-out text against the float model: the largest per-token log-prob difference (nats,
+    checked against `max_token_error_bound`) and the relative perplexity change."""
+
+    method: str
+    weights: str
+    ops: tuple[str, ...]
+    nodes: int
+    max_token_error: float
+    max_token_error_bound: float
+    float_perplexity: float
+    perplexity: float
+    perplexity_change: float
+    held_out: str
+    held_out_tokens: int
+    float_bytes: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """What the server says about one model. `kind`/`format`/`state` are lowercase names
     (`ngram`, `ngram_binary`, `ready`); `capabilities` holds the names of the enabled ones."""
@@ -227,6 +249,7 @@ class ModelInfo:
     description: str
     ngram_storage: NgramStorage | None = None  # n-gram models only
     transformer: TransformerInfo | None = None  # transformers only
+    quantization: Quantization | None = None  # quantized neural models only
 
     @property
     def ready(self) -> bool:
@@ -272,6 +295,7 @@ class ModelInfo:
             description=msg.description,
             ngram_storage=_ngram_storage(msg),
             transformer=_transformer(msg),
+            quantization=_quantization(msg),
         )
 
 
@@ -286,6 +310,27 @@ def _transformer(msg: pb.ModelInfo) -> TransformerInfo | None:
         t.kv_heads,
         t.head_dim,
         t.cache_bytes_per_position,
+    )
+
+
+def _quantization(msg: pb.ModelInfo) -> Quantization | None:
+    if not msg.HasField("quantization"):
+        return None
+    q = msg.quantization
+    return Quantization(
+        method=q.method,
+        weights=q.weights,
+        ops=tuple(q.ops),
+        nodes=q.nodes,
+        max_token_error=q.max_token_error,
+        max_token_error_bound=q.max_token_error_bound,
+        float_perplexity=q.float_perplexity,
+        perplexity=q.perplexity,
+        perplexity_change=q.perplexity_change,
+        held_out=q.held_out,
+        held_out_tokens=q.held_out_tokens,
+        float_bytes=q.float_bytes,
+        bytes=q.bytes,
     )
 
 

@@ -177,7 +177,7 @@ class Provenance(_message.Message):
     def __init__(self, training_corpus: _Optional[str] = ..., trained_by: _Optional[str] = ..., created: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., source: _Optional[str] = ..., parity: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "version", "kind", "format", "order", "num_layers", "hidden_size", "embedding_size", "vocab_size", "tokenizer", "special_tokens", "capabilities", "provenance", "state", "load_error", "description", "ngram_storage", "transformer")
+    __slots__ = ("name", "version", "kind", "format", "order", "num_layers", "hidden_size", "embedding_size", "vocab_size", "tokenizer", "special_tokens", "capabilities", "provenance", "state", "load_error", "description", "ngram_storage", "transformer", "quantization")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,7 @@ class ModelInfo(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     NGRAM_STORAGE_FIELD_NUMBER: _ClassVar[int]
     TRANSFORMER_FIELD_NUMBER: _ClassVar[int]
+    QUANTIZATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     kind: ModelKind
@@ -214,7 +215,38 @@ class ModelInfo(_message.Message):
     description: str
     ngram_storage: NgramStorage
     transformer: TransformerInfo
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., format: _Optional[_Union[ModelFormat, str]] = ..., order: _Optional[int] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., embedding_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., special_tokens: _Optional[_Union[SpecialTokens, _Mapping]] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., load_error: _Optional[str] = ..., description: _Optional[str] = ..., ngram_storage: _Optional[_Union[NgramStorage, _Mapping]] = ..., transformer: _Optional[_Union[TransformerInfo, _Mapping]] = ...) -> None: ...
+    quantization: Quantization
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., format: _Optional[_Union[ModelFormat, str]] = ..., order: _Optional[int] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., embedding_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., special_tokens: _Optional[_Union[SpecialTokens, _Mapping]] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., load_error: _Optional[str] = ..., description: _Optional[str] = ..., ngram_storage: _Optional[_Union[NgramStorage, _Mapping]] = ..., transformer: _Optional[_Union[TransformerInfo, _Mapping]] = ..., quantization: _Optional[_Union[Quantization, _Mapping]] = ...) -> None: ...
+
+class Quantization(_message.Message):
+    __slots__ = ("method", "weights", "ops", "nodes", "max_token_error", "max_token_error_bound", "float_perplexity", "perplexity", "perplexity_change", "held_out", "held_out_tokens", "float_bytes", "bytes")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKEN_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKEN_ERROR_BOUND_FIELD_NUMBER: _ClassVar[int]
+    FLOAT_PERPLEXITY_FIELD_NUMBER: _ClassVar[int]
+    PERPLEXITY_FIELD_NUMBER: _ClassVar[int]
+    PERPLEXITY_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    HELD_OUT_FIELD_NUMBER: _ClassVar[int]
+    HELD_OUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FLOAT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    weights: str
+    ops: _containers.RepeatedScalarFieldContainer[str]
+    nodes: int
+    max_token_error: float
+    max_token_error_bound: float
+    float_perplexity: float
+    perplexity: float
+    perplexity_change: float
+    held_out: str
+    held_out_tokens: int
+    float_bytes: int
+    bytes: int
+    def __init__(self, method: _Optional[str] = ..., weights: _Optional[str] = ..., ops: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., max_token_error: _Optional[float] = ..., max_token_error_bound: _Optional[float] = ..., float_perplexity: _Optional[float] = ..., perplexity: _Optional[float] = ..., perplexity_change: _Optional[float] = ..., held_out: _Optional[str] = ..., held_out_tokens: _Optional[int] = ..., float_bytes: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class TransformerInfo(_message.Message):
     __slots__ = ("architecture", "max_positions", "num_layers", "kv_heads", "head_dim", "cache_bytes_per_position")

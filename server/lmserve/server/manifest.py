@@ -127,6 +127,36 @@ class Provenance(_Strict):
     parity: dict[str, float] = Field(default_factory=dict)
 
 
+class Quantization(_Strict):
+    """How a neural model's graphs were quantized, and what it cost (`--quantize int8`).
+
+    The cost is measured by scoring held-out text through the served backend twice, the float
+    folder and the quantized one, the same tokens: the largest per-token difference (nats) and
+    the relative change in perplexity. The export refuses a folder whose `max_token_error` is
+    over `max_token_error_bound`."""
+
+    # Weights of `ops` stored as int8 (symmetric, per tensor); activations quantized to uint8
+    # at every call (ONNX Runtime's dynamic quantization); inputs, outputs and states float32.
+    method: Literal["dynamic-int8"] = "dynamic-int8"
+    weights: Literal["int8"] = "int8"
+    # The op types whose weights became int8 (e.g. MatMul, LSTM), and how many nodes.
+    ops: list[str] = Field(default_factory=list)
+    nodes: int = Field(default=0, ge=0)
+    # Largest |log p_int8 - log p_float| over the held-out tokens, and the bound it passed.
+    max_token_error: float = Field(ge=0)
+    max_token_error_bound: float = Field(gt=0)
+    # Perplexities on the held-out text (natural log, </s> counted) and int8 / float - 1.
+    float_perplexity: float = Field(gt=0)
+    perplexity: float = Field(gt=0)
+    perplexity_change: float
+    # Which text, and how many tokens were compared.
+    held_out: str = ""
+    held_out_tokens: int = Field(default=0, ge=0)
+    # The graph files' bytes before and after.
+    float_bytes: int = Field(default=0, ge=0)
+    bytes: int = Field(default=0, ge=0)
+
+
 class ModelManifest(_Strict):
     """The validated contents of a model folder's manifest."""
 
@@ -144,6 +174,8 @@ class ModelManifest(_Strict):
     # Backend-specific settings (neural sizes, state names...), validated by that backend.
     architecture: dict[str, Any] = Field(default_factory=dict)
     provenance: Provenance = Field(default_factory=Provenance)
+    # Present when the graphs were quantized at export (`--quantize int8`).
+    quantization: Quantization | None = None
 
     def file_path(self, folder: Path, key: str) -> Path:
         """The file's path, checked to lie inside `folder` (`confined_path`)."""

@@ -40,6 +40,8 @@ def model_info(entry: ModelEntry) -> pb.ModelInfo:
         info.kind = family.kinds.get(manifest.kind, pb.MODEL_KIND_UNSPECIFIED)
         info.format = family.formats.get(manifest.format, pb.MODEL_FORMAT_UNSPECIFIED)
         family.describe(manifest, info)
+    if manifest.quantization is not None:
+        info.quantization.CopyFrom(_quantization(manifest))
     spec = manifest.tokenizer
     rule = f"words matching {spec.pattern}" if spec.pattern else "whitespace-separated words"
     if spec.kind is TokenizerKind.HUGGINGFACE:
@@ -118,3 +120,24 @@ def perplexity_stats(stats: PerplexityStats) -> pb.PerplexityStats:
 
 
 __all__ = ["model_info", "perplexity_stats"]
+
+
+def _quantization(manifest: ModelManifest) -> pb.Quantization:
+    """The manifest's quantization block, as recorded at export (any family's graphs)."""
+    q = manifest.quantization
+    assert q is not None
+    return pb.Quantization(
+        method=q.method,
+        weights=q.weights,
+        ops=q.ops,
+        nodes=q.nodes,
+        max_token_error=q.max_token_error,
+        max_token_error_bound=q.max_token_error_bound,
+        float_perplexity=q.float_perplexity,
+        perplexity=q.perplexity,
+        perplexity_change=q.perplexity_change,
+        held_out=q.held_out,
+        held_out_tokens=q.held_out_tokens,
+        float_bytes=q.float_bytes,
+        bytes=q.bytes,
+    )
