@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:
+def settle(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[T], outcome: T | BaseException
+) -> None:
     """Sets `outcome` (a result, or an exception to raise) on `future`, on `loop`."""
 
     def deliver() -> None:

@@ -10,7 +10,6 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -91,6 +90,12 @@ class StepJob:
         return self.deadline is not None and now >= self.deadline
 
 
-def resolve(job: Job | StepJob, outcome: Any) -> None:
-    """Hands the outcome to the waiting coroutine on its loop (from the worker thread)."""
-    settle(job.loop, job.future, outcome)
+def resolve(job: Job | StepJob, outcome: BatchScores | BaseException | None) -> None:
+    """Hands the outcome to the waiting coroutine on its loop (from the worker thread): a
+    `Job`'s scores, a `StepJob`'s end (None), or the exception either raises."""
+    if isinstance(job, Job):
+        assert outcome is not None, "a scoring job ends with its scores"
+        settle(job.loop, job.future, outcome)
+    else:
+        assert not isinstance(outcome, BatchScores), "a step job ends with None"
+        settle(job.loop, job.future, outcome)
