@@ -10,8 +10,8 @@ Absent proto fields become the documented defaults here; the ranges themselves a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from lmserve.server.decoding.beam import Hypothesis
 from lmserve.server.decoding.detokenize import Detokenizer, detokenize
 from lmserve.server.decoding.params import (
     BeamParams,
@@ -100,7 +100,7 @@ def prompt_ids(ids: Sequence[int], vocab_size: int, field: str = "prompt_token_i
 
 
 def beam_hypothesis(
-    h: Any, token_texts: Sequence[str], detokenizer: Detokenizer
+    h: Hypothesis, token_texts: Sequence[str], detokenizer: Detokenizer
 ) -> pb.BeamHypothesis:
     """A `decoding.beam` hypothesis as a message; its text from the model's detokenizer, its
     tokens as text (`ServedModel.token_texts`)."""
