@@ -51,41 +51,59 @@ TOKENS = 128
 BATCH_LINES = 64
 
 
+def gpt2_checkpoint(
+    checkpoint: Path,
+    *,
+    layers: int,
+    width: int,
+    heads: int,
+    positions: int,
+    corpus: Path = KJV / "train.txt",
+    vocab: int = 8000,
+    seed: int = 0,
+) -> Path:
+    """A transformers GPT-2 checkpoint folder (config.json, weights, tokenizer.json): a
+    byte-level BPE of `vocab` tokens trained on `corpus`, weights random from `seed`."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+    )
+    tokenizer.train([str(corpus)], trainer)
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        n_positions=positions,
+        n_embd=width,
+        n_layer=layers,
+        n_head=heads,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    GPT2LMHeadModel(config).save_pretrained(checkpoint)
+    tokenizer.save(str(checkpoint / "tokenizer.json"))
+    return checkpoint
+
+
 def build_model() -> Path:
     """The benchmark's GPT-2 folder (built once, kept in bench/results/cache)."""
     folder = CACHE_DIR / MODEL
     if (folder / "model.yaml").is_file():
         return folder
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     from lmserve.export.hf.importer import export_checkpoint
 
     log("building the benchmark GPT-2 (tokenizer on KJV train, seeded weights)")
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=8000,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=["<|endoftext|>"],
-        show_progress=False,
+    checkpoint = gpt2_checkpoint(
+        CACHE_DIR / f"{MODEL}-checkpoint", layers=4, width=256, heads=4, positions=256
     )
-    tokenizer.train([str(KJV / "train.txt")], trainer)
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=tokenizer.get_vocab_size(),
-        n_positions=256,
-        n_embd=256,
-        n_layer=4,
-        n_head=4,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    checkpoint = CACHE_DIR / f"{MODEL}-checkpoint"
-    GPT2LMHeadModel(config).save_pretrained(checkpoint)
-    tokenizer.save(str(checkpoint / "tokenizer.json"))
     export_checkpoint(checkpoint, folder)
     return folder
 
