@@ -283,3 +283,10 @@ def test_import_hf_replaces_only_a_model_folder(
     shutil.copytree(folders["gpt2"], model)
     assert main(["import-hf", str(source), str(model), "--overwrite"]) == 0
     assert read_manifest(model).name == "model"
+
+
+def test_only_a_cache_stepper_goes_back_by_truncating(backend: TransformerBackend) -> None:
+    from lmserve.server.backends.stepping import ContextStepper, TruncatingStepper
+
+    assert isinstance(KvStepper(backend), TruncatingStepper)
+    assert not isinstance(ContextStepper(backend), TruncatingStepper)

@@ -34,7 +34,7 @@ natural logs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -105,6 +105,16 @@ class Stepper(Protocol):
 
     def select(self, state: State, rows: npt.ArrayLike) -> State:
         """The batch state of rows `rows` (repeats allowed): beams reordered in one gather."""
+        ...
+
+
+@runtime_checkable
+class TruncatingStepper(Stepper, Protocol):
+    """A stepper whose state goes back by cutting it, with no model call (a key/value cache
+    holds every earlier position): a Complete session keeps one state, not its last few."""
+
+    def truncate(self, state: State, count: int) -> State:
+        """The state before each row's last `count` tokens."""
         ...
 
 

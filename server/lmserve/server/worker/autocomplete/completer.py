@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import LanguageModelBackend
-from lmserve.server.backends.stepping import State, Stepper
+from lmserve.server.backends.stepping import State, Stepper, TruncatingStepper
 from lmserve.server.decoding.completion import (
     top_k_subword_words,
     top_k_words,
@@ -90,7 +90,7 @@ class Completer:
         )
         # A transformer's cache goes back by slicing (`truncate`): one state per session is
         # enough, where a recurrent model keeps its last few for cheap backspaces.
-        self._truncate = getattr(stepper, "truncate", None)
+        self._truncate = stepper.truncate if isinstance(stepper, TruncatingStepper) else None
         self._kept_states = 1 if self._truncate is not None else limits.kept_states
 
     # -- sessions ------------------------------------------------------------------------------
