@@ -19,30 +19,26 @@ point into it.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
 import torch
 import torch.nn.functional as F
-from onnx import numpy_helper
-from onnx.external_data_helper import set_external_data
 from torch import Tensor, nn
 
+from lmserve.export.onnx_weights import ALIGNMENT as ALIGNMENT
+from lmserve.export.onnx_weights import EXTERNAL_MIN_BYTES as EXTERNAL_MIN_BYTES
+from lmserve.export.onnx_weights import WEIGHTS_FILE as WEIGHTS_FILE
+from lmserve.export.onnx_weights import write_shared_weights as write_shared_weights
 from lmserve.export.rnn.ffnn import FeedForwardLM
 from lmserve.export.rnn.model import RecurrentLMConfig
 from lmserve.export.rnn.nets import NeuralLM
 
 OPSET = 17
-WEIGHTS_FILE = "weights.bin"
-# Tensors smaller than this stay inside the graph (shapes, scalars); everything else is shared.
-EXTERNAL_MIN_BYTES = 1024
-# Page-aligned offsets let onnxruntime memory-map each tensor instead of copying it.
-ALIGNMENT = 4096
 STATE_NAMES = frozenset({"h", "c", "h_out", "c_out", "window", "window_out"})
 
 
@@ -150,36 +146,6 @@ def _export(
             do_constant_folding=True,
         )
         return onnx.load_model(str(path))
-
-
-def write_shared_weights(models: Sequence[onnx.ModelProto], weights_path: Path) -> int:
-    """Moves every large initializer of `models` into one file, each distinct tensor once.
-
-    Tensors are keyed by dtype, shape and content, so equal weights under different names (the
-    two exports name folded constants differently) share one range. Returns the bytes written.
-    """
-    ranges: dict[tuple[int, tuple[int, ...], str], tuple[int, int]] = {}
-    with weights_path.open("wb") as f:
-        for model in models:
-            for tensor in model.graph.initializer:
-                if not tensor.HasField("raw_data"):
-                    # Typed fields (float_data...) -> raw bytes, so the tensor can go external.
-                    tensor.CopyFrom(
-                        numpy_helper.from_array(numpy_helper.to_array(tensor), tensor.name)
-                    )
-                raw = tensor.raw_data
-                if len(raw) < EXTERNAL_MIN_BYTES:
-                    continue
-                key = (tensor.data_type, tuple(tensor.dims), hashlib.sha256(raw).hexdigest())
-                if key not in ranges:
-                    offset = -(-f.tell() // ALIGNMENT) * ALIGNMENT
-                    f.seek(offset)
-                    f.write(raw)
-                    ranges[key] = (offset, len(raw))
-                offset, length = ranges[key]
-                set_external_data(tensor, WEIGHTS_FILE, offset, length)
-                tensor.ClearField("raw_data")
-        return f.tell()
 
 
 def example_state(cfg: RecurrentLMConfig, batch: int) -> tuple[Tensor, ...]:
