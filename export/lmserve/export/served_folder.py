@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from lmserve.server.manifest import (
     FileEntry,
@@ -28,6 +28,9 @@ from lmserve.server.manifest import (
     verify_files,
     write_manifest,
 )
+
+if TYPE_CHECKING:
+    from lmserve.export.quantize import Quantize
 
 R = TypeVar("R")
 
@@ -74,12 +77,15 @@ def write_served_folder(
     check: Callable[[Path], R],
     manifest: Callable[[Path, Files, R], ModelManifest],
     overwrite: bool = False,
+    quantize: Quantize | None = None,
 ) -> ServedFolder[R]:
     """Stages the folder, then moves it to MODEL_DIR (replacing a model folder there).
 
     `write(staging)` writes the model's files and names them; `check(staging)` compares them
     with the model (raising to refuse) and returns its figures; `manifest(staging, files,
-    parity)` describes the folder (checksums are filled in here).
+    parity)` describes the folder (checksums are filled in here). With `quantize`, the checked
+    float graphs are then quantized in place and measured against themselves
+    (`lmserve.export.quantize`: refused over its bound), and the manifest records it.
     """
     check_writable(model_dir, overwrite=overwrite)
     model_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +97,14 @@ def write_served_folder(
         parity = check(staging)
         checked = time.monotonic()
         described = _with_checksums(staging, manifest(staging, files, parity))
+        if quantize is not None:
+            from lmserve.export.quantize import quantize_folder
+
+            write_manifest(staging, described)  # the float folder, loaded to measure it
+            block = quantize_folder(staging, described, quantize)
+            described = _with_checksums(
+                staging, described.model_copy(update={"quantization": block})
+            )
         write_manifest(staging, described)
         verify_files(staging, read_manifest(staging))
         sizes = {e.path: (staging / e.path).stat().st_size for e in described.files.values()}

@@ -135,8 +135,9 @@ class Quantization(_Strict):
     the relative change in perplexity. The export refuses a folder whose `max_token_error` is
     over `max_token_error_bound`."""
 
-    # Weights of `ops` stored as int8 (symmetric, per tensor); activations quantized to uint8
-    # at every call (ONNX Runtime's dynamic quantization); inputs, outputs and states float32.
+    # Weights of `ops` stored as int8 (symmetric, per output channel); activations quantized
+    # to uint8 at every call (ONNX Runtime's dynamic quantization); inputs, outputs and states
+    # float32.
     method: Literal["dynamic-int8"] = "dynamic-int8"
     weights: Literal["int8"] = "int8"
     # The op types whose weights became int8 (e.g. MatMul, LSTM), and how many nodes.

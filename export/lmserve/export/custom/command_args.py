@@ -126,6 +126,8 @@ def report(result: Any) -> int:
         "parity": result.manifest.provenance.parity,
         "states": result.manifest.architecture["states"],
     }
+    if result.manifest.quantization is not None:
+        summary["quantization"] = result.manifest.quantization.model_dump(mode="json")
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -32,6 +32,7 @@ from lmserve.export.custom.checks import (
 )
 from lmserve.export.custom.contract import ContractError, ModelContract
 from lmserve.export.custom.vocabulary import BroughtVocabulary, TokenizerName, read_vocabulary
+from lmserve.export.quantize import TORCHSCRIPT_NOT_QUANTIZED, Quantize
 from lmserve.export.served_folder import Files, check_writable, write_served_folder
 from lmserve.server.manifest import (
     FileEntry,
@@ -68,6 +69,7 @@ class FolderRequest:
     source: str = ""
     created_by: str = ""
     overwrite: bool = False
+    quantize: Quantize | None = None
 
 
 def write_brought_folder(
@@ -80,6 +82,8 @@ def write_brought_folder(
 ) -> BroughtModel:
     """Checks the contract, then writes the folder (`write_served_folder`): the vocabulary and
     the graphs (`write_graphs(staging)`), parity with the team's model, the manifest."""
+    if request.quantize is not None and fmt != "onnx":
+        raise ContractError("quantize", TORCHSCRIPT_NOT_QUANTIZED)
     vocab = vocabulary.vocab
     reference = Reference(team, contract, len(vocab), vocab.bos_id)
     rng = np.random.default_rng(CHECK_SEED)
@@ -114,7 +118,12 @@ def write_brought_folder(
         )
 
     written = write_served_folder(
-        model_dir, write=write, check=check, manifest=manifest, overwrite=request.overwrite
+        model_dir,
+        write=write,
+        check=check,
+        manifest=manifest,
+        overwrite=request.overwrite,
+        quantize=request.quantize,
     )
     return BroughtModel(written.folder, written.manifest, written.parity)
 
@@ -156,7 +165,8 @@ class FolderOptions(TypedDict, total=False):
     the family GetModel reports), `name` (default: the folder's), `description`, how texts
     become tokens (`tokenizer` word or character, `lowercase`, `pattern`), the model's special
     tokens (`bos`, `eos`, `unk`; default `<s>`, `</s>`, `<unk>`), and `overwrite` (replace a
-    model folder)."""
+    model folder), and `quantize` ("int8" or a `lmserve.export.quantize.Quantize` naming its
+    bound and held-out text: int8 ONNX graphs, their measured cost in the manifest; ONNX only)."""
 
     kind: Cell
     name: str | None
@@ -168,6 +178,7 @@ class FolderOptions(TypedDict, total=False):
     eos: str
     unk: str
     overwrite: bool
+    quantize: Quantize | Literal["int8"] | None
 
 
 def _vocabulary(vocab: Sequence[str] | str | Path, options: FolderOptions) -> BroughtVocabulary:
@@ -193,7 +204,16 @@ def _request(
         source=source,
         created_by=created_by,
         overwrite=options.get("overwrite", False),
+        quantize=_quantize(options.get("quantize")),
     )
+
+
+def _quantize(value: Quantize | str | None) -> Quantize | None:
+    if value is None or isinstance(value, Quantize):
+        return value
+    if value != "int8":
+        raise ContractError("quantize", f"quantize={value!r}: only 'int8' is offered")
+    return Quantize()
 
 
 def _command_line() -> str:

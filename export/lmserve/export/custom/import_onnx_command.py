@@ -20,6 +20,7 @@ from lmserve.export.custom.command_args import (
     vocabulary_options,
 )
 from lmserve.export.custom.contract import ContractError, ModelContract
+from lmserve.export.quantize import add_quantize_flags, quantize_from_args
 
 HELP = "Import a team's own ONNX language model (graph as it is) as a model folder."
 
@@ -36,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="IN:OUT[:BATCH_AXIS[:NAME]]",
         help="a state input and its output, its batch axis (default 1), a name; repeat per state",
     )
+    add_quantize_flags(parser)
 
 
 def _state_pairs(specs: list[str]) -> list[tuple[str, str, int, str | None]]:
@@ -78,9 +80,14 @@ def run(args: argparse.Namespace) -> int:
                 normalize=args.normalize,
                 time_major=args.time_major,
             )
+        quantize = quantize_from_args(args)
         result = import_onnx(
-            args.graph, args.model_dir, contract=contract, **vocabulary_options(args)
+            args.graph,
+            args.model_dir,
+            contract=contract,
+            **vocabulary_options(args),
+            quantize=quantize,
         )
-    except (ContractError, FileExistsError) as exc:
+    except (ContractError, FileExistsError, ValueError) as exc:  # QuantizationError included
         return refuse("import-onnx", exc)
     return report(result)

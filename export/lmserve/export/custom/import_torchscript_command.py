@@ -21,6 +21,7 @@ from lmserve.export.custom.command_args import (
     vocabulary_options,
 )
 from lmserve.export.custom.contract import ContractError
+from lmserve.export.quantize import TORCHSCRIPT_NOT_QUANTIZED
 
 HELP = "Import a team's own TorchScript language model (torch.jit.save) as a model folder."
 
@@ -40,11 +41,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="forward takes its states as one tuple: forward(tokens, (h, c))",
     )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="refused: int8 needs ONNX graphs (bring the model as ONNX: import-onnx --quantize)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from lmserve.export.custom.folder import import_torchscript
 
+    if args.quantize is not None:
+        return refuse("import-torchscript", ValueError(TORCHSCRIPT_NOT_QUANTIZED))
     try:
         contract = contract_from_flags(args, torch_states(args.state))
         if args.states_as_tuple:

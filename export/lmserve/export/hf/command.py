@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from lmserve.export.quantize import add_quantize_flags
+
 HELP = "Import a local Hugging Face causal LM (GPT-2, Llama) as a transformer model folder."
 
 
@@ -27,22 +29,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace MODEL_DIR if it is a model folder"
     )
+    add_quantize_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from lmserve.export.hf.checkpoint import CheckpointError
     from lmserve.export.hf.importer import export_checkpoint
     from lmserve.export.parity import ParityError
+    from lmserve.export.quantize import QuantizationError, quantize_from_args
     from lmserve.export.served_folder import check_writable
+    from lmserve.server.manifest import read_manifest
 
     out: Path = args.model_dir
     try:
+        quantize = quantize_from_args(args)
         check_writable(out, overwrite=args.overwrite)  # before the checkpoint is read
         parity = export_checkpoint(
-            args.checkpoint_dir, out, name=args.name, overwrite=args.overwrite
+            args.checkpoint_dir, out, name=args.name, overwrite=args.overwrite, quantize=quantize
         )
-    except (CheckpointError, ParityError, FileExistsError) as exc:
+    except (CheckpointError, ParityError, FileExistsError, QuantizationError) as exc:
         print(f"import-hf: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps({"model_dir": str(out), "parity": parity.__dict__}))
+    except ValueError as exc:  # the quantize flags
+        print(f"import-hf: {exc}", file=sys.stderr)
+        return 1
+    summary: dict[str, object] = {"model_dir": str(out), "parity": parity.__dict__}
+    quantization = read_manifest(out).quantization
+    if quantization is not None:
+        summary["quantization"] = quantization.model_dump(mode="json")
+    print(json.dumps(summary))
     return 0

@@ -19,6 +19,7 @@ from typing import Any
 
 from lmserve.export.hf.graph import export_with_past
 from lmserve.export.hf.parity import Parity, check_parity
+from lmserve.export.quantize import Quantize
 from lmserve.export.served_folder import Files, write_served_folder
 from lmserve.server.backends.transformer import CacheShape
 from lmserve.server.families.hf_folder import (
@@ -54,6 +55,7 @@ def write_transformer_folder(
     tokenizer: TokenizerSpec | None = None,
     special_tokens: SpecialTokensSpec | None = None,
     overwrite: bool = False,
+    quantize: Quantize | None = None,
 ) -> Parity:
     """Writes the folder for `model` (a transformers causal LM) into `out`
     (`write_served_folder`: `overwrite` replaces a model folder there, nothing else).
@@ -98,7 +100,7 @@ def write_transformer_folder(
         )
 
     written = write_served_folder(
-        out, write=write, check=check, manifest=manifest, overwrite=overwrite
+        out, write=write, check=check, manifest=manifest, overwrite=overwrite, quantize=quantize
     )
     return written.parity
 

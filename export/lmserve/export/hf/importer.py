@@ -14,6 +14,7 @@ from pathlib import Path
 from lmserve.export.hf.checkpoint import Checkpoint, read_checkpoint
 from lmserve.export.hf.folder import write_transformer_folder
 from lmserve.export.hf.parity import Parity
+from lmserve.export.quantize import Quantize
 from lmserve.server.manifest import Provenance
 
 __all__ = ["export_checkpoint", "sample_ids"]
@@ -37,10 +38,16 @@ def sample_ids(checkpoint: Checkpoint, texts: tuple[str, ...] = SAMPLE_TEXTS) ->
 
 
 def export_checkpoint(
-    folder: Path, out: Path, *, name: str | None = None, overwrite: bool = False
+    folder: Path,
+    out: Path,
+    *,
+    name: str | None = None,
+    overwrite: bool = False,
+    quantize: Quantize | None = None,
 ) -> Parity:
     """Import the checkpoint in `folder` as the model folder `out` (`overwrite` replaces a
-    model folder there); the parity it passed."""
+    model folder there; `quantize`: int8 graphs, `lmserve.export.quantize`); the parity the
+    float graph passed."""
     from transformers import AutoModelForCausalLM
 
     checkpoint = read_checkpoint(folder)
@@ -59,4 +66,5 @@ def export_checkpoint(
         description=f"{checkpoint.architecture} imported from a Hugging Face checkpoint",
         tokenizer_json=checkpoint.tokenizer_file,
         overwrite=overwrite,
+        quantize=quantize,
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lmserve.export.parity import ParityReport
+from lmserve.export.quantize import TORCHSCRIPT_NOT_QUANTIZED, Quantize
 from lmserve.export.rnn.model import RecurrentLMConfig
 from lmserve.export.rnn.nets import NeuralLM, build_model
 from lmserve.export.rnn.parity import OnnxRunner, TorchScriptRunner, check_parity
@@ -134,12 +135,16 @@ def write_model_folder(
     opset: int | None = None,
     overwrite: bool = False,
     log: Callable[[str], None] = lambda _: None,
+    quantize: Quantize | None = None,
 ) -> ServedFolder[ParityReport]:
     """Exports, checks parity with PyTorch eager, writes the manifest, verifies it, then moves
-    the folder in place (`write_served_folder`)."""
+    the folder in place (`write_served_folder`); with `quantize`, the ONNX graphs are then
+    quantized and measured (`lmserve.export.quantize`)."""
     from lmserve.export.rnn.to_onnx import OPSET, export_onnx
     from lmserve.export.rnn.to_torchscript import export_torchscript
 
+    if quantize is not None and fmt != "onnx":
+        raise ValueError(TORCHSCRIPT_NOT_QUANTIZED)
     opset = opset or OPSET
     model, data, spec = checkpoint.model, checkpoint.data, checkpoint.tokenizer
     kind = TokenizerKind(spec.kind)
@@ -177,7 +182,12 @@ def write_model_folder(
         )
 
     return write_served_folder(
-        model_dir, write=write, check=check, manifest=manifest, overwrite=overwrite
+        model_dir,
+        write=write,
+        check=check,
+        manifest=manifest,
+        overwrite=overwrite,
+        quantize=quantize,
     )
 
 

@@ -16,6 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from lmserve.export.quantize import (
+    TORCHSCRIPT_NOT_QUANTIZED,
+    add_quantize_flags,
+    quantize_from_args,
+)
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -53,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--overwrite", action="store_true", help="replace MODEL_DIR if it is a model folder"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    add_quantize_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    if args.quantize is not None and args.format != "onnx":
+        log(f"lmserve export-rnn: {TORCHSCRIPT_NOT_QUANTIZED}")
+        return 2
     if is_transformer_checkpoint(args.checkpoint):
         return _export_transformer(args, log)
     try:
@@ -82,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             opset=args.opset,
             overwrite=args.overwrite,
             log=log,
+            quantize=quantize_from_args(args),
         )
     except (CheckpointError, ParityError, FileExistsError, ValueError) as exc:
         log(f"lmserve export-rnn: {exc}")
@@ -95,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         "parity_max_abs_diff": result.parity.max_abs_diff,
         "metrics": result.manifest.provenance.metrics,
     }
+    if result.manifest.quantization is not None:
+        summary["quantization"] = result.manifest.quantization.model_dump(mode="json")
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -117,6 +130,7 @@ def _export_transformer(args: argparse.Namespace, log: Callable[[str], None]) ->
             metrics=metrics,
             overwrite=args.overwrite,
             log=log,
+            quantize=quantize_from_args(args),
         )
     except (FileExistsError, ValueError) as exc:  # the hf export's ParityError included
         log(f"lmserve export-rnn: {exc}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lmserve.export.hf.folder import write_transformer_folder
 from lmserve.export.hf.parity import Parity
+from lmserve.export.quantize import Quantize
 from lmserve.export.rnn.data import BOS_ID, EOS_ID, SPECIALS, UNK_ID
 from lmserve.export.rnn.folder import trained_provenance
 from lmserve.export.served_folder import check_writable
@@ -41,6 +42,7 @@ def export_model_folder(
     metrics: dict[str, float] | None = None,
     overwrite: bool = False,
     log: Callable[[str], None] = lambda _: None,
+    quantize: Quantize | None = None,
 ) -> Parity:
     """A checkpoint -> a parity-checked ONNX model folder (lmserve.export.hf.folder, which
     stages it and moves it into place only once it has passed).
@@ -68,6 +70,7 @@ def export_model_folder(
         provenance=trained_provenance(data, metrics),
         description=description or describe(model.config),
         overwrite=overwrite,
+        quantize=quantize,
     )
     log(f"exported the transformer to {model_dir} ({parity})")
     return parity
