@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from connectrpc._server_shared import (
     EndpointBidiStream,
@@ -37,16 +37,18 @@ from google.protobuf.message import DecodeError, Message
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.front.api.http.calls import CallFailed, HttpCalls
 from lmserve.server.front.api.http.failures import Failure
-from lmserve.server.front.api.servicer import LanguageModelServicer
+from lmserve.server.front.api.servicer import LanguageModelServicer, RpcContext
 from lmserve.v1 import lm_service_pb2 as pb
 
-# What connectrpc's application takes (its public `Endpoint` is the base of these four).
-AnyEndpoint = (
-    EndpointUnary[Any, Any]
-    | EndpointClientStream[Any, Any]
-    | EndpointServerStream[Any, Any]
-    | EndpointBidiStream[Any, Any]
-)
+if TYPE_CHECKING:  # connectrpc types its ASGI app with asgiref's types (not imported at runtime)
+    from asgiref.typing import (
+        ASGIReceiveCallable,
+        ASGIReceiveEvent,
+        ASGISendCallable,
+        Scope,
+    )
+
+M = TypeVar("M", bound=Message)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["LanguageModelService"]
 PATH = f"/{SERVICE.full_name}"
@@ -68,6 +70,27 @@ class Undecodable:
         return InvalidArgument("request", f"not a valid {self.message_name} message: {self.reason}")
 
 
+# What the codecs hand connectrpc for a request body: the RPC's request message, or the marker.
+Decoded: TypeAlias = Message | Undecodable
+# What the servicer's method of an RPC takes: its request message, or a client stream of them.
+Requests: TypeAlias = Message | AsyncIterator[Message]
+# What it answers: messages, or (Score) the response's prebuilt wire bytes.
+Reply: TypeAlias = Message | bytes
+# The servicer's method of an RPC, looked up by the RPC's name: it takes that RPC's request
+# message (the one class the codecs decode for it, `method.input_type`), so the pairing is by
+# name, not by type; unary-answered methods are coroutines, streaming ones async generators.
+UnaryHandler: TypeAlias = Callable[[Requests, RpcContext], Awaitable[Reply]]
+StreamHandler: TypeAlias = Callable[[Requests, RpcContext], AsyncIterator[Reply]]
+Context: TypeAlias = RequestContext[Decoded, Message]
+# What connectrpc's application takes (its public `Endpoint` is the base of these four).
+AnyEndpoint: TypeAlias = (
+    EndpointUnary[Decoded, Message]
+    | EndpointClientStream[Decoded, Message]
+    | EndpointServerStream[Decoded, Message]
+    | EndpointBidiStream[Decoded, Message]
+)
+
+
 class JsonCodec:
     """proto3 JSON for google.protobuf messages: compact, and strict about unknown fields."""
 
@@ -77,7 +100,7 @@ class JsonCodec:
     def encode(self, message: Message) -> bytes:
         return json_format.MessageToJson(message, indent=None).encode()
 
-    def decode(self, data: bytes | bytearray, message_class: type[Message]) -> Any:
+    def decode(self, data: bytes | bytearray, message_class: type[M]) -> M | Undecodable:
         message = message_class()
         try:
             json_format.Parse(bytes(data), message)
@@ -95,21 +118,21 @@ class ProtoCodec:
     def encode(self, message: Message) -> bytes:
         return message.SerializeToString()
 
-    def decode(self, data: bytes | bytearray, message_class: type[Message]) -> Any:
+    def decode(self, data: bytes | bytearray, message_class: type[M]) -> M | Undecodable:
         try:
             return message_class.FromString(bytes(data))
         except DecodeError as exc:
             return Undecodable(message_class.DESCRIPTOR.full_name, str(exc))
 
 
-def checked(request: Any) -> Any:
+def checked(request: Decoded) -> Message:
     """`request`, or the INVALID_ARGUMENT its body deserves (`Undecodable`)."""
     if isinstance(request, Undecodable):
         raise request.error()
     return request
 
 
-async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+async def _checked_stream(requests: AsyncIterator[Decoded]) -> AsyncIterator[Message]:
     """A client stream's messages, each checked; a stream whose bytes are not a Connect
     envelope stream (bad flags, a truncated envelope, a length past the body's end) is the
     client's error: INVALID_ARGUMENT naming what was wrong, never a server fault."""
@@ -120,12 +143,19 @@ async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         raise InvalidArgument("request", f"malformed request stream: {exc.message}") from None
 
 
+def _requests(request: Decoded | AsyncIterator[Decoded]) -> Requests:
+    """A unary call's request, checked; or a client stream's messages, each checked as read."""
+    if isinstance(request, Message | Undecodable):
+        return checked(request)
+    return _checked_stream(request)
+
+
 class _Context:
     """The servicer's view of a Connect call (`servicer.RpcContext`): its deadline."""
 
     __slots__ = ("_ctx",)
 
-    def __init__(self, ctx: RequestContext[Any, Any]) -> None:
+    def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
     def time_remaining(self) -> float | None:
@@ -133,7 +163,7 @@ class _Context:
         return None if remaining_ms is None else remaining_ms / 1000
 
 
-def connect_error(failure: Failure, ctx: RequestContext[Any, Any]) -> ConnectError:
+def connect_error(failure: Failure, ctx: Context) -> ConnectError:
     """The Connect error for `failure` (its `Retry-After` a response header)."""
     retry_after = failure.retry_after_header()
     if retry_after is not None:
@@ -147,18 +177,18 @@ def _response(message: Message | bytes, output: type[Message]) -> Message:
     return output.FromString(message) if isinstance(message, bytes) else message
 
 
-def _headers(ctx: RequestContext[Any, Any]) -> dict[str, str]:
+def _headers(ctx: Context) -> dict[str, str]:
     return {key: ctx.request_headers.get(key) or "" for key in ("x-request-id", "authorization")}
 
 
 def _endpoint(
-    method: MethodDescriptor, handler: Callable[..., Any], calls: HttpCalls
+    method: MethodDescriptor, servicer: LanguageModelServicer, calls: HttpCalls
 ) -> AnyEndpoint:
     name = method.name
-    request_class = getattr(pb, method.input_type.name)
+    request_class: type[Message] = getattr(pb, method.input_type.name)
     response_class: type[Message] = getattr(pb, method.output_type.name)
     streams_out = method.server_streaming
-    info = MethodInfo(
+    info: MethodInfo[Decoded, Message] = MethodInfo(
         name=name,
         service_name=SERVICE.full_name,
         input=request_class,
@@ -175,29 +205,34 @@ def _endpoint(
         ),
     )
 
-    async def answer(request: Any, ctx: RequestContext[Any, Any]) -> Message:
-        try:
-            async with calls.call(name, _headers(ctx)) as call:
-                ctx.response_headers["x-request-id"] = call.info.request_id
-                request = _checked_stream(request) if method.client_streaming else checked(request)
-                return _response(await handler(request, _Context(ctx)), response_class)
-        except CallFailed as failed:
-            raise connect_error(failed.failure, ctx) from None
+    if not streams_out:
+        unary: UnaryHandler = getattr(servicer, name)
 
-    async def stream(request: Any, ctx: RequestContext[Any, Any]) -> AsyncIterator[Message]:
+        async def answer(request: Decoded | AsyncIterator[Decoded], ctx: Context) -> Message:
+            try:
+                async with calls.call(name, _headers(ctx)) as call:
+                    ctx.response_headers["x-request-id"] = call.info.request_id
+                    return _response(await unary(_requests(request), _Context(ctx)), response_class)
+            except CallFailed as failed:
+                raise connect_error(failed.failure, ctx) from None
+
+        if info.stream_type is StreamType.UNARY:
+            return Endpoint.unary(info, answer)
+        return Endpoint.client_stream(info, answer)
+
+    streaming: StreamHandler = getattr(servicer, name)
+
+    async def stream(
+        request: Decoded | AsyncIterator[Decoded], ctx: Context
+    ) -> AsyncIterator[Message]:
         try:
             async with calls.call(name, _headers(ctx)) as call:
                 ctx.response_headers["x-request-id"] = call.info.request_id
-                request = _checked_stream(request) if method.client_streaming else checked(request)
-                async for message in handler(request, _Context(ctx)):
+                async for message in streaming(_requests(request), _Context(ctx)):
                     yield _response(message, response_class)
         except CallFailed as failed:
             raise connect_error(failed.failure, ctx) from None
 
-    if info.stream_type is StreamType.UNARY:
-        return Endpoint.unary(info, answer)
-    if info.stream_type is StreamType.CLIENT_STREAM:
-        return Endpoint.client_stream(info, answer)
     if info.stream_type is StreamType.SERVER_STREAM:
         return Endpoint.server_stream(info, stream)
     return Endpoint.bidi_stream(info, stream)
@@ -211,7 +246,7 @@ class ConnectService(ConnectASGIApplication[LanguageModelServicer]):
     ) -> None:
         def endpoints(service: LanguageModelServicer) -> dict[str, AnyEndpoint]:
             return {
-                f"{PATH}/{method.name}": _endpoint(method, getattr(service, method.name), calls)
+                f"{PATH}/{method.name}": _endpoint(method, service, calls)
                 for method in SERVICE.methods
             }
 
@@ -226,12 +261,14 @@ class ConnectService(ConnectASGIApplication[LanguageModelServicer]):
     def path(self) -> str:
         return PATH
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
         """A server-streaming call's one enveloped request is checked here before connectrpc
         reads it: a compressed flag without `connect-content-encoding` is the client's
         INVALID_ARGUMENT (connectrpc answers it `internal`). Client streams are checked as
         they are read (`_checked_stream`)."""
-        if scope.get("type") == "http" and scope.get("path") in _SERVER_STREAMING:
+        if scope["type"] == "http" and scope.get("path") in _SERVER_STREAMING:
             headers = dict(scope.get("headers") or ())
             encoding = headers.get(b"connect-content-encoding", b"identity")
             content_type = headers.get(b"content-type", b"")
@@ -256,7 +293,7 @@ _SERVER_STREAMING = {
 }
 
 
-async def _buffered(receive: Any, limit: int) -> tuple[bytes, Any]:
+async def _buffered(receive: ASGIReceiveCallable, limit: int) -> tuple[bytes, ASGIReceiveCallable]:
     """The request body (up to `limit` + 1 bytes read), and a `receive` that replays it."""
     chunks: list[bytes] = []
     size = 0
@@ -272,7 +309,7 @@ async def _buffered(receive: Any, limit: int) -> tuple[bytes, Any]:
     body = b"".join(chunks)
     replayed = False
 
-    async def replay() -> Any:
+    async def replay() -> ASGIReceiveEvent:
         nonlocal replayed
         if not replayed:
             replayed = True
@@ -282,7 +319,9 @@ async def _buffered(receive: Any, limit: int) -> tuple[bytes, Any]:
     return body, replay
 
 
-async def _stream_error(send: Any, content_type: bytes, code: str, message: str) -> None:
+async def _stream_error(
+    send: ASGISendCallable, content_type: bytes, code: str, message: str
+) -> None:
     """A Connect streaming answer that is only its end-of-stream error."""
     payload = json.dumps({"error": {"code": code, "message": message}}).encode()
     body = struct.pack(">BI", 0x02, len(payload)) + payload
@@ -294,6 +333,7 @@ async def _stream_error(send: Any, content_type: bytes, code: str, message: str)
                 (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
             ],
+            "trailers": False,  # ASGI's defaults, which asgiref's event types spell out
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
