@@ -32,8 +32,9 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-# `make models`'s kjv-5gram, as the Makefile trains it less the held-out and test reports: trained
-# once per session (about ten seconds) for every module that serves or scores it.
+# `make models`'s kjv-5gram, trained with the Makefile's flags (its held-out and test perplexities
+# in the manifest): trained once per session for every module that serves or scores it, and for
+# the trainer's own check against KenLM's figures (tests/unit/test_ngram_training_kneser_ney.py).
 KJV_5GRAM_FLAGS = [
     "--order", "5", "--smoothing", "modified-kneser-ney", "--name", "kjv-5gram", "--lowercase",
     "--token-pattern", "[a-z]+(?:'[a-z]+)*",
@@ -42,12 +43,15 @@ KJV_5GRAM_FLAGS = [
 
 @pytest.fixture(scope="session")
 def kjv_5gram(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model folder: kjv-5gram trained by `lmserve train-ngram` on the shipped KJV train split."""
+    """A model folder: kjv-5gram trained by `lmserve train-ngram` on the shipped KJV train split,
+    its valid and test perplexities measured (`provenance.metrics`)."""
     from lmserve.export.corpora import kjv_split
     from lmserve.server.cli import main
 
     folder = tmp_path_factory.mktemp("kjv-5gram") / "kjv-5gram"
-    assert main(["train-ngram", *KJV_5GRAM_FLAGS, str(kjv_split("train")), str(folder)]) == 0
+    reports = ["--heldout", str(kjv_split("valid")), "--test", str(kjv_split("test"))]
+    argv = ["train-ngram", *KJV_5GRAM_FLAGS, *reports, str(kjv_split("train")), str(folder)]
+    assert main(argv) == 0
     return folder
 
 
