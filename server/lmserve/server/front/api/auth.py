@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 import grpc
 
 from lmserve.server.errors import Unauthenticated
-from lmserve.server.front.api.grpc_types import Context, Interceptor, MethodHandler
+from lmserve.server.front.api.grpc_types import Context, Interceptor, MethodHandler, Wire
 from lmserve.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -112,10 +112,10 @@ def _refusing(handler: MethodHandler, problem: str) -> MethodHandler:
     """A handler of the same kind as `handler` that raises Unauthenticated, reading nothing
     (ServingInterceptor counts it, then answers UNAUTHENTICATED)."""
 
-    async def refuse(request: Any, context: Context) -> Any:
+    async def refuse(request: object, context: Context) -> NoReturn:
         raise Unauthenticated(problem)
 
-    async def refuse_stream(request: Any, context: Context) -> Any:
+    async def refuse_stream(request: object, context: Context) -> AsyncIterator[Wire]:
         raise Unauthenticated(problem)
         yield  # an async generator, as streaming handlers are
 

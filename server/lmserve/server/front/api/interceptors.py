@@ -23,17 +23,21 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 import grpc
+from google.protobuf.message import Message
 from grpc import aio
 
 from lmserve.server import errors
 from lmserve.server.call_context import current_call
-from lmserve.server.front.api.grpc_types import Context, Interceptor, MethodHandler
+from lmserve.server.front.api.grpc_types import Context, Interceptor, MethodHandler, Wire
 from lmserve.server.front.api.observed_call import CallObserver
 from lmserve.server.front.api.status_details import overload_status
 from lmserve.server.metrics import Metrics
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 log = logging.getLogger(__name__)
 REQUEST_ID_KEY = "x-request-id"
@@ -52,6 +56,16 @@ STATUS_CODES: dict[type[errors.LmServeError], grpc.StatusCode] = {
     # The model's own output was unusable (NaN, +inf): a server-side failure, said plainly.
     errors.ModelOutputError: grpc.StatusCode.INTERNAL,
 }
+
+# What a behaviour takes: a request (a message; wire bytes where a handler has no deserializer),
+# or a client stream of them; and the same with the lenient deserializer's marker among them.
+In = TypeVar("In")
+Out = TypeVar("Out")
+# A grpc.aio behaviour: a coroutine function (answering the response, or None when it wrote
+# them with `context.write`) or an async generator function of the responses.
+UnaryBehavior: TypeAlias = Callable[[In, Context], Awaitable[Wire | None]]
+StreamBehavior: TypeAlias = Callable[[In, Context], AsyncIterator[Wire]]
+Behavior: TypeAlias = UnaryBehavior[In] | StreamBehavior[In]
 
 
 def note_model(name: str) -> None:
@@ -89,21 +103,28 @@ class ServingInterceptor(Interceptor):
             return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
         wrap = self._wrap_unary if not handler.response_streaming else self._wrap_streaming
-        factory: Callable[..., MethodHandler]
-        behavior: Callable[..., Any]
-        if handler.unary_unary:
-            factory, behavior = grpc.unary_unary_rpc_method_handler, handler.unary_unary
-        elif handler.stream_unary:
-            factory, behavior = grpc.stream_unary_rpc_method_handler, handler.stream_unary
-        elif handler.unary_stream:
-            factory, behavior = grpc.unary_stream_rpc_method_handler, handler.unary_stream
-        elif handler.stream_stream:
-            factory, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
-        else:
-            return handler
         deserializer = handler.request_deserializer
         message = _message_name(deserializer, method)
-        checked = _checking_requests(behavior, message, handler.request_streaming)
+        # grpc-stubs types a handler's behaviour as a synchronous callable; under grpc.aio it is
+        # a coroutine function or an async generator function of the same request (`Behavior`).
+        factory: Callable[..., MethodHandler]
+        checked: Behavior[Incoming] | Behavior[AsyncIterator[Incoming]]
+        if handler.unary_unary:
+            factory = grpc.unary_unary_rpc_method_handler
+            checked = _checking_requests(cast("Behavior[Wire]", handler.unary_unary), message)
+        elif handler.stream_unary:
+            factory = grpc.stream_unary_rpc_method_handler
+            behavior = cast("Behavior[AsyncIterator[Wire]]", handler.stream_unary)
+            checked = _checking_stream(behavior, message)
+        elif handler.unary_stream:
+            factory = grpc.unary_stream_rpc_method_handler
+            checked = _checking_requests(cast("Behavior[Wire]", handler.unary_stream), message)
+        elif handler.stream_stream:
+            factory = grpc.stream_stream_rpc_method_handler
+            behavior = cast("Behavior[AsyncIterator[Wire]]", handler.stream_stream)
+            checked = _checking_stream(behavior, message)
+        else:
+            return handler
         return factory(
             wrap(method, checked),
             request_deserializer=_lenient(deserializer, method),
@@ -130,18 +151,21 @@ class ServingInterceptor(Interceptor):
         finally:
             call.finish(grpc.StatusCode.OK.name)  # no-op after a failure
 
-    def _wrap_unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        async def wrapped(request: Any, context: Context) -> Any:
+    def _wrap_unary(self, method: str, behavior: Behavior[In]) -> Behavior[In]:
+        # A unary answer's behaviour is a coroutine function (gRPC awaits it).
+        unary = cast("UnaryBehavior[In]", behavior)
+
+        async def wrapped(request: In, context: Context) -> Wire | None:
             async with self._serving(method, context):
-                return await behavior(request, context)
+                return await unary(request, context)
 
         return wrapped
 
-    def _wrap_streaming(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        if not inspect.isasyncgenfunction(behavior):
+    def _wrap_streaming(self, method: str, behavior: Behavior[In]) -> Behavior[In]:
+        if not _streams(behavior):
             return self._wrap_unary(method, behavior)  # writes with context.write
 
-        async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
+        async def wrapped(request: In, context: Context) -> AsyncIterator[Wire]:
             async with self._serving(method, context):
                 async for response in behavior(request, context):
                     yield response
@@ -163,22 +187,29 @@ class _Undecodable:
 
 
 _UNDECODABLE = _Undecodable()
+# What gRPC hands a wrapped behaviour: the deserializer's request, or the marker.
+Incoming: TypeAlias = Wire | _Undecodable
 
 
-def _message_name(deserializer: Callable[[bytes], Any] | None, method: str) -> str:
+def _streams(behavior: Behavior[In]) -> TypeIs[StreamBehavior[In]]:
+    """Whether `behavior` is an async generator function (else a coroutine function)."""
+    return inspect.isasyncgenfunction(behavior)
+
+
+def _message_name(deserializer: Callable[[bytes], Wire] | None, method: str) -> str:
     """The request message's full name (`lmserve.v1.ScoreRequest`), for the error message."""
     descriptor = getattr(getattr(deserializer, "__self__", None), "DESCRIPTOR", None)
     return str(getattr(descriptor, "full_name", f"{method} request"))
 
 
 def _lenient(
-    deserializer: Callable[[bytes], Any] | None, method: str
-) -> Callable[[bytes], Any] | None:
+    deserializer: Callable[[bytes], Wire] | None, method: str
+) -> Callable[[bytes], Incoming] | None:
     """The handler's deserializer, returning `_UNDECODABLE` (one log line) where it raises."""
     if deserializer is None:
         return None
 
-    def deserialize(data: bytes) -> Any:
+    def deserialize(data: bytes) -> Incoming:
         try:
             return deserializer(data)
         except Exception as exc:
@@ -192,56 +223,57 @@ def _undecodable(message: str) -> errors.InvalidArgument:
     return errors.InvalidArgument("request", f"not a valid {message} message")
 
 
-def _checking_requests(
-    behavior: Callable[..., Any], message: str, streaming: bool
-) -> Callable[..., Any]:
-    """`behavior`, raising INVALID_ARGUMENT for an undecodable request (or stream message)."""
+def _checked(request: Incoming, message: str) -> Wire:
+    """`request`, or INVALID_ARGUMENT for an undecodable one."""
+    if isinstance(request, _Undecodable):
+        raise _undecodable(message)
+    return request
 
-    async def requests(iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+
+def _checking_requests(behavior: Behavior[Wire], message: str) -> Behavior[Incoming]:
+    """`behavior`, raising INVALID_ARGUMENT for an undecodable request."""
+    return _like(behavior, lambda request: _checked(request, message))
+
+
+def _checking_stream(
+    behavior: Behavior[AsyncIterator[Wire]], message: str
+) -> Behavior[AsyncIterator[Incoming]]:
+    """`behavior`, raising INVALID_ARGUMENT for an undecodable message of the stream."""
+
+    async def requests(iterator: AsyncIterator[Incoming]) -> AsyncIterator[Wire]:
         async for request in iterator:
-            if request is _UNDECODABLE:
-                raise _undecodable(message)
-            yield request
+            yield _checked(request, message)
 
-    if streaming:
-
-        def with_stream(request_iterator: AsyncIterator[Any], context: Any) -> Any:
-            return behavior(requests(request_iterator), context)
-
-        return _like(behavior, with_stream)
-
-    def with_request(request: Any, context: Any) -> Any:
-        if request is _UNDECODABLE:
-            raise _undecodable(message)
-        return behavior(request, context)
-
-    return _like(behavior, with_request)
+    return _like(behavior, requests)
 
 
-def _like(behavior: Callable[..., Any], call: Callable[..., Any]) -> Callable[..., Any]:
-    """`call` as an async generator function when `behavior` is one (`_wrap_streaming` looks)."""
-    if not inspect.isasyncgenfunction(behavior):
+def _like(behavior: Behavior[In], adapt: Callable[[Out], In]) -> Behavior[Out]:
+    """`behavior` taking its request through `adapt`, an async generator function when
+    `behavior` is one (`_wrap_streaming` looks)."""
+    if not _streams(behavior):
 
-        async def plain(request: Any, context: Any) -> Any:
-            return await call(request, context)
+        async def plain(request: Out, context: Context) -> Wire | None:
+            return await behavior(adapt(request), context)
 
         return plain
 
-    async def generator(request: Any, context: Any) -> AsyncIterator[Any]:
-        async for response in call(request, context):
+    async def generator(request: Out, context: Context) -> AsyncIterator[Wire]:
+        async for response in behavior(adapt(request), context):
             yield response
 
     return generator
 
 
-def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+def _passing_bytes(
+    serializer: Callable[[Message], bytes] | None,
+) -> Callable[[Wire], bytes] | None:
     """The handler's response serializer, except that a servicer may answer with the response's
     wire bytes, already written (`worker.replies.score`): those go out as they are."""
     if serializer is None:
         return None
 
-    def serialize(response: Any) -> bytes:
-        return response if type(response) is bytes else serializer(response)
+    def serialize(response: Wire) -> bytes:
+        return response if isinstance(response, bytes) else serializer(response)
 
     return serialize
 
