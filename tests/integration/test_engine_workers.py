@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from metrics_scrape import scrape
@@ -23,6 +24,7 @@ from neural_folders import VOCAB
 from serve_process import ServeProcess, child_pids, process_exists, process_title, wait_until
 from served import ServerFactory
 
+from lmserve.server.backends.ngram.model import NgramModel
 from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.front.workers.supervisor import WorkerEngine
 from lmserve.v1 import lm_service_pb2 as pb
@@ -325,10 +327,15 @@ def test_a_slow_reader_is_parked_in_its_worker_and_gets_every_token(
 
 def test_the_front_holds_no_model_weights(server: BackgroundServer, stub: Stub) -> None:
     # The front read vocabularies, codecs and manifests; the weights are in the workers.
-    for name in ("test", "lstm"):
-        entry = server.running.repository.ready(name)
-        assert entry.backend is None and entry.vocab is not None
-        assert entry.scorer is not None and not entry.scorer.has_backend
+    lstm = server.running.repository.ready("lstm")
+    assert lstm.backend is None and lstm.vocab is not None
+    assert lstm.scorer is not None and not lstm.scorer.has_backend
+    # An n-gram binary is a memory map: the front maps it too (the pages are the worker's,
+    # nothing is copied) to score small requests where they arrive.
+    ngram = server.running.repository.ready("test")
+    assert ngram.rules.scored_in_front and isinstance(ngram.backend, NgramModel)
+    tables = [a for a in vars(ngram.backend.tables).values() if isinstance(a, np.ndarray)]
+    assert tables and not any(a.flags.owndata for a in tables)  # views of the file's map
     info = stub.GetModel(pb.GetModelRequest(model="lstm")).model
     assert info.vocab_size == len(VOCAB) and info.special_tokens.eos_id == VOCAB.index("</s>")
     [result] = stub.Score(pb.ScoreRequest(model="test", texts=["a"])).results

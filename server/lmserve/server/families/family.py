@@ -67,6 +67,8 @@ class ServingRules:
     cache_bytes_per_position: int = 0
     rerank_feeds_prefixes: bool = False
     reads_from_start: bool = True
+    # Its weights are a memory map every process shares: a front scores small requests itself.
+    scored_in_front: bool = False
 
 
 @runtime_checkable
@@ -161,6 +163,12 @@ class ModelFamily:
         check_escaped_tokens(backend.vocab.words, vocab, path)
         backend.adopt_vocabulary(vocab)
 
+    def maps_weights(self, manifest: ModelManifest) -> bool:
+        """Whether the model's weights are a memory map whose pages every process shares (an
+        n-gram binary): a front that only tokenizes then loads them too, nothing copied, and
+        scores a small request where it arrives instead of paying a hop to the worker."""
+        return False
+
     def components(self, folder: Path, manifest: ModelManifest) -> list[str]:
         """The models this one is built from (loaded before it, in its worker too)."""
         return []
@@ -196,6 +204,7 @@ class ModelFamily:
             self.cache_bytes_per_position(manifest),
             self.rerank_feeds_prefixes(neural),
             self.reads_from_start,
+            self.maps_weights(manifest),
         )
 
     def describe(self, manifest: ModelManifest, info: pb.ModelInfo) -> None:

@@ -40,8 +40,9 @@ class LoadedParts:
 def load_model(
     folder: Path, manifest: ModelManifest, context: LoadContext, *, weights: bool = True
 ) -> LoadedParts:
-    """Loads the model (or, without `weights`, reads its vocabulary and codec only); every
-    failure is a `ModelLoadError` naming the file and the reason."""
+    """Loads the model (or, without `weights`, reads its vocabulary and codec only, and maps
+    weights every process shares: `ModelFamily.maps_weights`); every failure is a
+    `ModelLoadError` naming the file and the reason."""
     family = family_of(manifest, manifest_path(folder))
     spec = manifest.tokenizer
     if spec.kind not in family.tokenizers:
@@ -53,7 +54,9 @@ def load_model(
         )
     make_tokenizer(folder, manifest)  # a bad pattern fails before anything loads
     read = family.read_codec(folder, manifest)
-    backend = _load_weights(family, folder, manifest, context) if weights else None
+    # Shared pages cost a process nothing to map: loaded even where only the codec is asked.
+    mapped = weights or family.maps_weights(manifest)
+    backend = _load_weights(family, folder, manifest, context) if mapped else None
     if backend is not None:
         if read is not None:
             family.adopt_codec_tokens(folder, manifest, backend, read.vocab)

@@ -38,6 +38,10 @@ class NgramFamily(ModelFamily):
             return load_model_folder_binary(folder, manifest)
         return NgramModel.from_arpa(_arpa_path(folder, manifest))
 
+    def maps_weights(self, manifest: ModelManifest) -> bool:
+        """A binary is memory-mapped (an ARPA folder's model is read into memory)."""
+        return manifest.format == ModelFormat.NGRAM_BINARY
+
     def vocabulary(self, folder: Path, manifest: ModelManifest, context: LoadContext) -> Vocabulary:
         return ngram_vocabulary(folder, manifest)
 

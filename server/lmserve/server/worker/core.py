@@ -48,7 +48,7 @@ from lmserve.server.worker.generation.scheduler import GenerationScheduler
 from lmserve.server.worker.generation.sequence import GenerationRequest, GenerationStream
 from lmserve.server.worker.limits import EngineLimits
 from lmserve.server.worker.replies.generate import message_renderer
-from lmserve.server.worker.replies.score import score_response, score_response_bytes
+from lmserve.server.worker.replies.score import response_bytes
 from lmserve.server.worker.scoring.queue import ScoringQueue
 
 
@@ -138,10 +138,7 @@ class EngineCore:
         """Score's whole answer as ScoreResponse wire bytes: scored here, its results and
         message built here (`replies.score`), so the front only hands the bytes on."""
         scored = self.scorer.finish(prepared, await self.score(prepared, deadline))
-        if bias is not None:
-            return score_response(model, scored, bias).SerializeToString()
-        answer = score_response_bytes(model, scored)
-        return answer if isinstance(answer, bytes) else answer.SerializeToString()
+        return response_bytes(model, scored, bias)
 
     @functools.cached_property
     def token_texts(self) -> list[str]:

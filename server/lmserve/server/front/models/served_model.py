@@ -7,12 +7,13 @@
     answer = await served.complete(CompleteEdit(session_id, partial="th", k=3))
 
 It keeps the text side of the model (its codec: tokenizing, the limits a text is held to,
-detokenized token texts) and hands all compute to its `engine`: an `EngineCore` in an engine
+detokenized token texts) and hands the compute to its `engine`: an `EngineCore` in an engine
 worker process of the model's own (`front.workers.WorkerEngine`), where the weights are (the
 front reads only the vocabulary, codec and manifest), or in this process (`engine_workers:
-false`), where n-gram scoring small enough to cost less than a hop runs inline
-(`ScoringLimits.runs_inline`). The API layer converts messages and calls these methods; it never
-reaches into a backend.
+false`). Scoring small enough to cost less than a hop runs inline (`ScoringLimits.runs_inline`):
+in the engine, or here for a model whose weights are a memory map every process shares (an
+n-gram binary, `ModelFamily.maps_weights`). The API layer converts messages and calls these
+methods; it never reaches into a backend.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from lmserve.server.text.codec import TextCodec
 from lmserve.server.worker.core import PrefixTotals
 from lmserve.server.worker.generation.sequence import GenerationRequest, GenerationStream
 from lmserve.server.worker.limits import EngineLimits
+from lmserve.server.worker.replies.score import response_bytes
 
 # Requests with more characters than this are tokenized off the event loop.
 _INLINE_ENCODE_CHARS = 65_536
@@ -158,6 +160,9 @@ class ServedModel:
         self.rerank_feeds_prefixes = entry.rules.rerank_feeds_prefixes
         # Whether a text's first token is scored given `<s>` (its family's rule).
         self.reads_from_start = entry.rules.reads_from_start
+        # A memory-mapped model (an n-gram binary) this front scores itself when a request is
+        # small: its pages are the worker's, and the lookups cost less than the hop.
+        self._mapped = entry.backend if entry.rules.scored_in_front else None
 
     @property
     def backend(self) -> LanguageModelBackend:
@@ -199,7 +204,11 @@ class ServedModel:
         """Score's whole response as wire bytes (`model` as the request named it): tokenized
         here, scored and built by the engine, handed on as they are."""
         prepared = await self.prepare(texts, options, details=details)
-        answer = await self.engine.score_response(prepared, model, bias, deadline)
+        here = self._scored_here(prepared)
+        if here is not None:
+            answer = response_bytes(model, self.scorer.finish(prepared, here), bias)
+        else:
+            answer = await self.engine.score_response(prepared, model, bias, deadline)
         if self._metrics is not None:
             self._metrics.record_scored(self.name, len(prepared.lengths), prepared.scored_tokens)
         return answer
@@ -271,11 +280,22 @@ class ServedModel:
     ) -> ScoredTexts:
         """Scores a prepared request on the engine (which runs it inline when that is cheaper
         than a hop); the words only `Scorer.finish` reads stay here."""
-        scores = await self.engine.score(prepared.for_engine(), deadline)
+        scores = self._scored_here(prepared)
+        if scores is None:
+            scores = await self.engine.score(prepared.for_engine(), deadline)
         scored = self.scorer.finish(prepared, scores)
         if self._metrics is not None:
             self._metrics.record_scored(self.name, len(scored), scored.total_tokens)
         return scored
+
+    def _scored_here(self, prepared: PreparedScoring) -> BatchScores | None:
+        """The scores of a request small enough to run inline (`ScoringLimits.runs_inline`) on
+        a model this front maps, else None (its engine scores it)."""
+        if self._mapped is None or not self.limits.scoring.runs_inline(
+            False, prepared.scored_tokens
+        ):
+            return None
+        return prepared.run(self._mapped)
 
     async def lm_scores(
         self, texts: TextInput, options: ScoreOptions, deadline: float | None = None

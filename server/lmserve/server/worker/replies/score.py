@@ -71,3 +71,15 @@ def token_details(details: TokenDetails) -> pb.TokenDetails:
         oov=details.oov.tolist(),
         ngram_lengths=[] if details.ngram_lengths is None else details.ngram_lengths.tolist(),
     )
+
+
+def response_bytes(
+    model: str, scored: ScoredTexts, bias: Sequence[BiasMatch] | None = None
+) -> bytes:
+    """Score's whole answer as ScoreResponse wire bytes, wherever it was scored (an engine, or
+    a front that scores a memory-mapped model itself): the one way every Score reply is
+    built."""
+    if bias is not None:
+        return score_response(model, scored, bias).SerializeToString()
+    answer = score_response_bytes(model, scored)
+    return answer if isinstance(answer, bytes) else answer.SerializeToString()
