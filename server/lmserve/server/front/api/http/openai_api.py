@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, Coroutine
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import NotRequired, TypedDict, TypeVar
 
 import grpc
 from starlette.requests import Request
@@ -32,7 +32,12 @@ from starlette.types import Receive, Scope, Send
 from lmserve.server.call_context import current_call
 from lmserve.server.errors import Cancelled, RequestTooLarge
 from lmserve.server.front.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
-from lmserve.server.front.api.http.openai_completions import Choice, CompletionSteps, prompt_steps
+from lmserve.server.front.api.http.openai_completions import (
+    Choice,
+    ChoiceObject,
+    CompletionSteps,
+    prompt_steps,
+)
 from lmserve.server.front.api.http.openai_schema import (
     CompletionRequest,
     param_of,
@@ -50,7 +55,58 @@ _ERROR_TYPES = {
 }
 
 
-def error_body(failed: CallFailed) -> dict[str, Any]:
+class ErrorObject(TypedDict):
+    message: str
+    type: str
+    param: str | None
+    code: str
+
+
+class ErrorBody(TypedDict):
+    """OpenAI's error answer."""
+
+    error: ErrorObject
+
+
+class ModelObject(TypedDict):
+    """A model as `/v1/models` lists it (OpenAI's fields, then lmserve's)."""
+
+    id: str
+    object: str
+    created: int
+    owned_by: str
+    root: str
+    parent: None
+    version: str
+    kind: str
+    vocab_size: int
+    ready: bool
+    load_error: NotRequired[str]
+
+
+class CompletionHead(TypedDict):
+    """What every answer of one completion request starts with."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Completion(CompletionHead):
+    """A whole (not streamed) completion."""
+
+    choices: list[ChoiceObject]
+    usage: Usage
+
+
+def error_body(failed: CallFailed) -> ErrorBody:
     """OpenAI's error object for a failed call; `param` is the request field at fault."""
     failure, cause = failed.failure, failed.__cause__
     status = failure.http_status
@@ -86,9 +142,9 @@ def _epoch(rfc3339: str) -> int:
         return 0
 
 
-def model_object(info: pb.ModelInfo) -> dict[str, Any]:
+def model_object(info: pb.ModelInfo) -> ModelObject:
     """A model as OpenAI lists it, with what lmserve knows besides."""
-    answer = {
+    answer: ModelObject = {
         "id": info.name,
         "object": "model",
         "created": _epoch(info.provenance.created),
@@ -118,7 +174,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _until_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T:
+async def _until_disconnected(request: Request, work: Awaitable[T]) -> T:
     """`work`'s result; cancelled (and Cancelled raised) if the client disconnects first.
     The body is read by now, so the next ASGI message is the disconnect."""
 
@@ -168,7 +224,7 @@ class CompletionAnswer:
 
     def __init__(self, body: CompletionRequest, request_id: str, prompts: int) -> None:
         self.body = body
-        self.head = {
+        self.head: CompletionHead = {
             "id": f"cmpl-{request_id}",
             "object": "text_completion",
             "created": int(time.time()),
@@ -178,14 +234,14 @@ class CompletionAnswer:
         self.choices = [Choice(i, logprobs) for i in range(prompts * body.n)]
         self.prompt_tokens = self.completion_tokens = 0
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> Usage:
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
 
-    async def deltas(self, steps: CompletionSteps) -> AsyncGenerator[list[dict[str, Any]], None]:
+    async def deltas(self, steps: CompletionSteps) -> AsyncGenerator[list[ChoiceObject], None]:
         """Each step's choices as deltas, counting usage."""
         async with contextlib.aclosing(steps.iterate()) as each:
             async for step in each:
@@ -196,7 +252,7 @@ class CompletionAnswer:
                     out.append(self.choices[index].add(piece))
                 yield out
 
-    async def whole(self, steps: CompletionSteps) -> dict[str, Any]:
+    async def whole(self, steps: CompletionSteps) -> Completion:
         """The answer once every choice finished."""
         await steps.start()
         async with contextlib.aclosing(self.deltas(steps)) as deltas:
@@ -210,7 +266,7 @@ class CompletionAnswer:
     ) -> AsyncGenerator[str, None]:
         """The SSE stream; `call` (the open `HttpCalls` call) ends with the last choice."""
         with_usage = self.body.stream_options is not None and self.body.stream_options.include_usage
-        extra: dict[str, Any] = {"usage": None} if with_usage else {}
+        extra: dict[str, None] = {"usage": None} if with_usage else {}
         try:
             async with call, contextlib.aclosing(self.deltas(steps)) as deltas:
                 async for choices in deltas:
@@ -224,7 +280,7 @@ class CompletionAnswer:
         yield DONE
 
 
-def _event(data: dict[str, Any]) -> str:
+def _event(data: Mapping[str, object]) -> str:
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 

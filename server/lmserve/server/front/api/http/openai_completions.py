@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TypedDict, cast
 
 from lmserve.server.decoding.detokenize import detokenize
 from lmserve.server.front.api.generation import prompt_ids
@@ -64,6 +64,24 @@ class Piece:
 Step = list[tuple[int, Piece]]
 
 
+class Logprobs(TypedDict):
+    """A choice's `logprobs` object: OpenAI's four parallel lists."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class ChoiceObject(TypedDict):
+    """One choice of a completion (or of a streamed chunk: its delta)."""
+
+    index: int
+    text: str
+    logprobs: Logprobs | None
+    finish_reason: str | None
+
+
 class Choice:
     """One choice as it grows: `add` answers the streamed delta, `result` the whole choice."""
 
@@ -72,7 +90,7 @@ class Choice:
         self._logprobs = logprobs
         self._text: list[str] = []
         self._length = 0
-        self._lists: dict[str, list[Any]] = {
+        self._lists: Logprobs = {
             "tokens": [],
             "token_logprobs": [],
             "top_logprobs": [],
@@ -81,13 +99,13 @@ class Choice:
         self.finish_reason: str | None = None
         self._separator = ""
 
-    def add(self, piece: Piece) -> dict[str, Any]:
+    def add(self, piece: Piece) -> ChoiceObject:
         text, start = piece.text, self._length
         if text and self._separator:
             text, start = self._separator + text, start + len(self._separator)
             self._separator = ""
         self._separator = piece.separator or self._separator
-        lists: dict[str, list[Any]] = {
+        lists: Logprobs = {
             "tokens": piece.tokens,
             "token_logprobs": piece.token_logprobs,
             "top_logprobs": piece.top_logprobs,
@@ -95,17 +113,17 @@ class Choice:
         }
         self._text.append(text)
         self._length += len(text)
-        for name, values in lists.items():
-            self._lists[name].extend(values)
+        self._lists["tokens"].extend(lists["tokens"])
+        self._lists["token_logprobs"].extend(lists["token_logprobs"])
+        self._lists["top_logprobs"].extend(lists["top_logprobs"])
+        self._lists["text_offset"].extend(lists["text_offset"])
         self.finish_reason = piece.finish_reason or self.finish_reason
         return self._choice(text, lists, piece.finish_reason)
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> ChoiceObject:
         return self._choice("".join(self._text), self._lists, self.finish_reason)
 
-    def _choice(
-        self, text: str, lists: dict[str, list[Any]], finish_reason: str | None
-    ) -> dict[str, Any]:
+    def _choice(self, text: str, lists: Logprobs, finish_reason: str | None) -> ChoiceObject:
         return {
             "index": self.index,
             "text": text,

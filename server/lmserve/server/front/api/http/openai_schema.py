@@ -10,7 +10,7 @@ gRPC caller would be. `param_of` names a servicer error's proto field as the Ope
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -145,27 +145,22 @@ def _invalid(exc: ValidationError) -> InvalidArgument:
 
 def generate_request(body: CompletionRequest, prompt: str | list[int]) -> pb.GenerateRequest:
     """The Generate request of one prompt (`max_tokens` >= 1; echo alone needs none)."""
-    sampling: dict[str, Any] = {
-        name: getattr(body, name)
-        for name in (
-            "temperature",
-            "top_p",
-            "min_p",
-            "typical_p",
-            "repetition_penalty",
-            "presence_penalty",
-            "frequency_penalty",
-        )
-        if getattr(body, name) is not None
-    }
-    if body.top_k is not None:
-        sampling["top_k"] = 0 if body.top_k == -1 else body.top_k  # vLLM's -1: no limit
-    if body.seed is not None:
-        sampling["seed"] = body.seed % 2**64
+    # An unset field (None) stays unset in the message: the servicer's default applies.
+    sampling = pb.SamplingParams(
+        temperature=body.temperature,
+        top_p=body.top_p,
+        min_p=body.min_p,
+        typical_p=body.typical_p,
+        repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        top_k=None if body.top_k is None else 0 if body.top_k == -1 else body.top_k,  # vLLM's -1
+        seed=None if body.seed is None else body.seed % 2**64,
+    )
     stop = [body.stop] if isinstance(body.stop, str) else body.stop or []
     request = pb.GenerateRequest(
         model=body.model,
-        sampling=pb.SamplingParams(**sampling),
+        sampling=sampling,
         stopping=pb.StoppingCriteria(
             max_new_tokens=body.max_tokens or 16,
             min_new_tokens=body.min_tokens or 0,

@@ -7,31 +7,31 @@ generated from the pydantic schema the server validates requests with, so it can
 from __future__ import annotations
 
 import functools
-from typing import Any
 
+from lmserve.server.front.api.http.json_types import JsonObject
 from lmserve.server.front.api.http.openai_schema import CompletionRequest
 
-_ERROR = {
+_ERROR: JsonObject = {
     "description": "An OpenAI-shaped error: {error: {message, type, param, code}}",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
 }
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+def _json(schema: JsonObject, description: str) -> JsonObject:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _body(schema: dict[str, Any]) -> dict[str, Any]:
+def _body(schema: JsonObject) -> JsonObject:
     """A required JSON request body of this schema."""
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
 @functools.cache
-def openapi_document() -> dict[str, Any]:
+def openapi_document() -> JsonObject:
     request = CompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     definitions = request.pop("$defs", {})
     errors = {str(code): _ERROR for code in (400, 401, 403, 404, 413, 429, 500, 503)}
-    obj: dict[str, Any] = {"type": "object"}
+    obj: JsonObject = {"type": "object"}
     return {
         "openapi": "3.1.0",
         "info": {

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,6 +25,7 @@ from lmserve.server.decoding.scoring import check_token_count
 from lmserve.server.errors import InvalidArgument
 from lmserve.server.front.api.generation import prompt_ids
 from lmserve.server.front.api.http.calls import REQUEST_ID_HEADER, CallFailed, HttpCalls
+from lmserve.server.front.api.http.json_types import JsonObject, JsonValue
 from lmserve.server.front.api.http.openai_api import error_response, read_body
 from lmserve.server.front.api.http.openapi import openapi_document
 from lmserve.server.front.api.model_use import use_model
@@ -46,10 +46,10 @@ def _model_name(servicer: LanguageModelServicer, given: object) -> str:
     return ready[0]
 
 
-async def _json_body(request: Request, limit: int) -> dict[str, Any]:
+async def _json_body(request: Request, limit: int) -> JsonObject:
     raw = await read_body(request, limit)
     try:
-        body = json.loads(raw)
+        body: object = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidArgument("body", f"not JSON ({exc})") from None
     if not isinstance(body, dict):
@@ -85,12 +85,11 @@ def tokenizer_routes(
             async with calls.call("Detokenize", request.headers) as call:
                 body = await _json_body(request, max_message_bytes)
                 tokens = body.get("tokens")
-                if not isinstance(tokens, list) or not all(
-                    isinstance(t, int) and not isinstance(t, bool) for t in tokens
-                ):
+                ids = _token_ids(tokens)
+                if ids is None:
                     raise InvalidArgument("tokens", "must be a list of token ids")
                 with use_model(servicer.models, _model_name(servicer, body.get("model"))) as served:
-                    text = _text_of(served, tokens)
+                    text = _text_of(served, ids)
         except CallFailed as failed:
             return error_response(failed)
         return JSONResponse({"prompt": text}, headers={REQUEST_ID_HEADER: call.info.request_id})
@@ -124,6 +123,15 @@ def tokenizer_routes(
         Route("/detokenize", detokenize_ids, methods=["POST"]),
         Route("/tokenizer_info", tokenizer_info, methods=["GET"]),
     ]
+
+
+def _token_ids(tokens: JsonValue) -> list[int] | None:
+    """`tokens` as token ids, or None unless it is a list of integers (JSON's true and false
+    are not ids)."""
+    if not isinstance(tokens, list):
+        return None
+    ids = [t for t in tokens if isinstance(t, int) and not isinstance(t, bool)]
+    return ids if len(ids) == len(tokens) else None
 
 
 def _text_of(served: ServedModel, tokens: list[int]) -> str:
