@@ -138,3 +138,57 @@ def kjv_repository(tmp_path_factory: pytest.TempPathFactory, model_repository: P
     lstm = Path(__file__).resolve().parents[2] / "models" / "kjv-lstm"
     (root / "kjv-lstm").symlink_to(lstm, target_is_directory=True)
     return root
+
+
+# -- models several modules serve, each built once per session --------------------------------
+# Built where first asked for (torch and transformers are imported only then); a module's
+# repository links the folders it serves (`(repo / "tiny-gpt2").symlink_to(folder)`), under
+# the names given here, which are the models' names.
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny Hugging Face checkpoints (hf_models: seeded random weights, a BPE tokenizer
+    trained here), `gpt2` and `llama`."""
+    from hf_models import checkpoint
+
+    root = tmp_path_factory.mktemp("hf-checkpoints")
+    return {build: checkpoint(root / build, build) for build in ("gpt2", "llama")}
+
+
+@pytest.fixture(scope="session")
+def hf_folders(
+    tmp_path_factory: pytest.TempPathFactory, hf_checkpoints: dict[str, Path]
+) -> dict[str, Path]:
+    """Those checkpoints imported as model folders: `tiny-gpt2` by `lmserve import-hf`,
+    `tiny-llama` through the library (`export_checkpoint`); keyed by build."""
+    from lmserve.export.hf.importer import export_checkpoint
+    from lmserve.server.cli import main
+
+    root = tmp_path_factory.mktemp("hf-folders")
+    assert main(["import-hf", str(hf_checkpoints["gpt2"]), str(root / "tiny-gpt2")]) == 0
+    export_checkpoint(hf_checkpoints["llama"], root / "tiny-llama")
+    return {"gpt2": root / "tiny-gpt2", "llama": root / "tiny-llama"}
+
+
+@pytest.fixture(scope="session")
+def brought_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two neural LMs written outside the project (brought_models), brought in: `gru-onnx`, the
+    GRU (`gru_lm()`) exported to ONNX and imported by `lmserve import-onnx`, and
+    `tiny-lstm-ts`, the LSTM (`tiny_lstm()`) through `export_module` as TorchScript."""
+    from brought_models import LSTM_CONTRACT, VOCAB, export_gru_onnx, gru_lm, tiny_lstm
+
+    from lmserve.export.custom import export_module
+    from lmserve.server.cli import main
+
+    root = tmp_path_factory.mktemp("brought-folders")
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    export_gru_onnx(gru_lm(), root / "gru.onnx")
+    assert main(["import-onnx", str(root / "gru.onnx"), str(root / "gru-onnx"),
+                 "--vocab", str(vocab), "--kind", "gru",
+                 "--tokens", "input_ids", "--scores", "next_logits",
+                 "--state", "hidden_in:hidden_out:1:h"]) == 0  # fmt: skip
+    export_module(tiny_lstm(), root / "tiny-lstm-ts", vocab=VOCAB, contract=LSTM_CONTRACT,
+                  kind="lstm", format="torchscript")  # fmt: skip
+    return {"gru-onnx": root / "gru-onnx", "tiny-lstm-ts": root / "tiny-lstm-ts"}

@@ -34,7 +34,7 @@ from brought_models import (
     tiny_lstm,
     window_lm,
 )
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 from torch import nn
 
 from lmserve.client import GeneratedToken, LmServeClient
@@ -42,8 +42,7 @@ from lmserve.export.custom import export_module
 from lmserve.server.cli import main
 from lmserve.server.decoding.reference_sampling import draw_cumulative
 from lmserve.server.decoding.sampling import request_generators
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -66,19 +65,21 @@ def modules() -> dict[str, nn.Module]:
 
 
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory, modules: dict[str, nn.Module]) -> Path:
+def repository(
+    tmp_path_factory: pytest.TempPathFactory,
+    modules: dict[str, nn.Module],
+    brought_folders: dict[str, Path],
+) -> Path:
     root = tmp_path_factory.mktemp("brought")
     repo = root / "models"
+    repo.mkdir()
+    # gru-onnx (`import-onnx`) and tiny-lstm-ts (TorchScript through `export_module`): the
+    # session's, built from the same seeded modules as `modules` (the conformance matrix serves
+    # them too).
+    for name in ("gru-onnx", "tiny-lstm-ts"):
+        (repo / name).symlink_to(brought_folders[name], target_is_directory=True)
     lstm = modules["tiny-lstm"]
     export_module(lstm, repo / "tiny-lstm", vocab=VOCAB, contract=LSTM_CONTRACT, kind="lstm")
-    export_module(
-        lstm,
-        repo / "tiny-lstm-ts",
-        vocab=VOCAB,
-        contract=LSTM_CONTRACT,
-        kind="lstm",
-        format="torchscript",
-    )
     export_module(
         modules["seq-first"], repo / "seq-first", vocab=VOCAB, contract=SEQ_FIRST_CONTRACT
     )
@@ -88,13 +89,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory, modules: dict[str, nn.M
     vocab = root / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     gru = modules["gru-onnx"]
-    export_gru_onnx(gru, root / "gru.onnx")
     export_gru_onnx(gru, root / "gru-bf.onnx", batch_first_state=True)
     save_gru_script(gru, root / "gru.pt")
     common = ["--vocab", str(vocab), "--kind", "gru"]
-    assert main(["import-onnx", str(root / "gru.onnx"), str(repo / "gru-onnx"), *common,
-                 "--tokens", "input_ids", "--scores", "next_logits",
-                 "--state", "hidden_in:hidden_out:1:h"]) == 0  # fmt: skip
     assert main(["import-onnx", str(root / "gru-bf.onnx"), str(repo / "gru-onnx-bf"), *common,
                  "--state", "hidden_in:hidden_out:0"]) == 0  # fmt: skip
     assert main(["import-torchscript", str(root / "gru.pt"), str(repo / "gru-ts"), *common,
@@ -103,21 +100,14 @@ def repository(tmp_path_factory: pytest.TempPathFactory, modules: dict[str, nn.M
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {
-            "model_repository": repository,
-            "host": "127.0.0.1",
-            "port": 0,
-            "http_port": 0,
-            "metrics_enabled": False,
-            "max_chunk_tokens": 4,  # long texts cross chunks with the state carried
-            "complete_cache_weight": 0.0,  # the model's own answers
-        }
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+def server(serve: ServerFactory, repository: Path) -> Iterator[BackgroundServer]:
+    # Its own (no other module serves this repository), stopped when the module ends.
+    with serve.private(
+        repository,
+        max_chunk_tokens=4,  # long texts cross chunks with the state carried
+        complete_cache_weight=0.0,  # the model's own answers
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,9 @@ give the same figures (within 1e-5 nats unless said).
 Families (the models below): a word n-gram and a BPE n-gram trained by `lmserve train-ngram` on
 a slice of the KJV corpus, our own LSTM (`export-rnn`'s writer), a brought ONNX model (`lmserve
 import-onnx`) and a brought TorchScript model (`export_module`), GPT-2 and Llama imported by
-`import-hf`, a folder optimum wrote, and a mixture (`interpolated`) of the two word models.
+`import-hf` and the library, a folder optimum wrote, and a mixture (`interpolated`) of the two
+word models. The brought and transformer folders are the session's (tests/integration/
+conftest.py: the brought-model and transformer modules serve the same ones).
 
 Surfaces: the Python client over gRPC (Score, Perplexity, Generate, BeamSearch, Rerank,
 Complete), Connect JSON over HTTP, OpenAI `/v1/completions` (echo with a text prompt and with a
@@ -38,9 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from brought_models import LSTM_CONTRACT, export_gru_onnx, gru_lm, tiny_lstm
-from brought_models import VOCAB as BROUGHT_VOCAB
-from hf_models import checkpoint
 from http_calls import call, stream_call
 from integration_data import KJV_PATTERN
 from neural_folders import tiny_model, write_onnx_folder
@@ -48,8 +47,6 @@ from served import ServerFactory
 from websockets.sync.client import connect
 
 from lmserve.client import GeneratedToken, GenerationFinished, LmServeClient, TextScore
-from lmserve.export.custom import export_module
-from lmserve.export.hf.importer import export_checkpoint
 from lmserve.server.cli import main
 from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import ModelManifest, write_manifest
@@ -77,10 +74,10 @@ FAMILIES = [
     Family("word-ngram", words="kjv"),
     Family("bpe-ngram", alphabet=string.ascii_lowercase),
     Family("lstm", words="kjv"),
-    Family("brought-onnx", words="spaces"),
-    Family("brought-ts", words="spaces"),
-    Family("gpt2", transformer=True),
-    Family("llama", transformer=True),
+    Family("gru-onnx", words="spaces"),  # brought: an ONNX file through `import-onnx`
+    Family("tiny-lstm-ts", words="spaces"),  # brought: TorchScript through `export_module`
+    Family("tiny-gpt2", transformer=True),
+    Family("tiny-llama", transformer=True),
     Family("optimum-gpt2", transformer=True),
     Family("mixture", words="kjv"),
 ]
@@ -106,42 +103,23 @@ def _train_ngrams(root: Path, repo: Path) -> None:
     assert main([*argv, str(train), str(repo / "bpe-ngram")]) == 0
 
 
-def _brought(root: Path, repo: Path) -> None:
-    vocab = root / "vocab.txt"
-    vocab.write_text("\n".join(BROUGHT_VOCAB) + "\n", encoding="utf-8")
-    export_gru_onnx(gru_lm(), root / "gru.onnx")
-    graph = [
-        "--tokens",
-        "input_ids",
-        "--scores",
-        "next_logits",
-        "--state",
-        "hidden_in:hidden_out:1:h",
-    ]
-    argv = ["import-onnx", str(root / "gru.onnx"), str(repo / "brought-onnx"), *graph]
-    assert main([*argv, "--vocab", str(vocab), "--kind", "gru"]) == 0
-    export_module(
-        tiny_lstm(),
-        repo / "brought-ts",
-        vocab=BROUGHT_VOCAB,
-        contract=LSTM_CONTRACT,
-        kind="lstm",
-        format="torchscript",
-    )
-
-
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def repository(
+    tmp_path_factory: pytest.TempPathFactory,
+    brought_folders: dict[str, Path],
+    hf_folders: dict[str, Path],
+) -> Path:
     root = tmp_path_factory.mktemp("conformance")
     repo = root / "models"
     _train_ngrams(root, repo)
+    # The brought models and the imported checkpoints: the session's folders (the brought and
+    # transformer modules serve them too), linked.
+    for folder in [*brought_folders.values(), *hf_folders.values()]:
+        (repo / folder.name).symlink_to(folder, target_is_directory=True)
     # Our LSTM reads text as the word n-gram does, so that the two mix.
     kjv_words = {"lowercase": True, "pattern": KJV_PATTERN}
     write_onnx_folder(tiny_model("lstm"), _lstm_vocab(), repo / "lstm", name="lstm",
                       tokenizer=kjv_words)  # fmt: skip
-    _brought(root, repo)
-    for build in ("gpt2", "llama"):
-        export_checkpoint(checkpoint(root / f"{build}-checkpoint", build), repo / build)
     shutil.copytree(OPTIMUM / "gpt2", repo / "optimum-gpt2")  # as optimum wrote it
     (repo / "mixture").mkdir()
     components = [{"model": "word-ngram", "weight": 0.6}, {"model": "lstm", "weight": 0.4}]

@@ -20,13 +20,11 @@ import grpc
 import numpy as np
 import pytest
 import torch
-from hf_models import checkpoint, load
-from prometheus_client import CollectorRegistry
+from hf_models import load
+from served import ServerFactory
 from tokenizers import Tokenizer
 
-from lmserve.export.hf.importer import export_checkpoint
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -54,28 +52,24 @@ def build(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def folders(build: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The checkpoint and its imported model folder, alone in its repository."""
-    root = tmp_path_factory.mktemp(f"ids-{build}")
-    ckpt = checkpoint(root / "checkpoint", build)
-    export_checkpoint(ckpt, root / "models" / f"tiny-{build}")
-    return ckpt, root / "models"
+def folders(
+    build: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    hf_checkpoints: dict[str, Path],
+    hf_folders: dict[str, Path],
+) -> tuple[Path, Path]:
+    """The checkpoint and its imported model folder (the session's), alone in its repository."""
+    models = tmp_path_factory.mktemp(f"ids-{build}") / "models"
+    models.mkdir()
+    (models / f"tiny-{build}").symlink_to(hf_folders[build], target_is_directory=True)
+    return hf_checkpoints[build], models
 
 
 @pytest.fixture(scope="module")
-def server(folders: tuple[Path, Path]) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {
-            "model_repository": folders[1],
-            "host": "127.0.0.1",
-            "port": 0,
-            "http_port": 0,
-            "metrics_enabled": False,
-        }
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+def server(serve: ServerFactory, folders: tuple[Path, Path]) -> Iterator[BackgroundServer]:
+    # Its own (no other module serves this repository), stopped when the module ends.
+    with serve.private(folders[1]) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -19,18 +19,15 @@ import grpc
 import numpy as np
 import pytest
 import torch
-from hf_models import POSITIONS, checkpoint, load
-from prometheus_client import CollectorRegistry
+from hf_models import POSITIONS, load
+from served import ServerFactory
 from tokenizers import Tokenizer
 
 from lmserve.client import GeneratedToken, GenerationFinished, LmServeClient
 from lmserve.client.errors import InvalidArgumentError, ResourceExhaustedError
-from lmserve.export.hf.importer import export_checkpoint
-from lmserve.server.cli import main
 from lmserve.server.decoding.reference_sampling import draw_cumulative
 from lmserve.server.decoding.sampling import request_generators
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -51,11 +48,10 @@ CACHE_BUDGET = 100_000  # bytes: two full-length GPT-2 samples fit, four do not
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("checkpoints")
-    built = {build: checkpoint(root / build, build) for build in ("gpt2", "llama")}
-    # The checkpoints optimum exported (built the same way, kept with optimum's folders).
-    return built | {f"optimum/{b}": OPTIMUM / f"{b}-checkpoint" for b in ("gpt2", "llama")}
+def checkpoints(hf_checkpoints: dict[str, Path]) -> dict[str, Path]:
+    # The session's tiny GPT-2 and Llama, and the checkpoints optimum exported (built the same
+    # way, kept with optimum's folders).
+    return hf_checkpoints | {f"optimum/{b}": OPTIMUM / f"{b}-checkpoint" for b in ("gpt2", "llama")}
 
 
 @pytest.fixture(scope="module")
@@ -72,31 +68,26 @@ def tokenizers(checkpoints: dict[str, Path]) -> dict[str, Tokenizer]:
 
 
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory, checkpoints: dict[str, Path]) -> Path:
+def repository(tmp_path_factory: pytest.TempPathFactory, hf_folders: dict[str, Path]) -> Path:
     repo = tmp_path_factory.mktemp("transformers") / "models"
-    assert main(["import-hf", str(checkpoints["gpt2"]), str(repo / "tiny-gpt2")]) == 0
-    export_checkpoint(checkpoints["llama"], repo / "tiny-llama")
+    repo.mkdir()
+    # tiny-gpt2 (`lmserve import-hf`) and tiny-llama (the library): the session's folders.
+    for build in ("gpt2", "llama"):
+        (repo / f"tiny-{build}").symlink_to(hf_folders[build], target_is_directory=True)
     for build in ("gpt2", "llama"):  # what optimum-cli wrote, no model.yaml
         shutil.copytree(OPTIMUM / build, repo / f"optimum-{build}")
     return repo
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {
-            "model_repository": repository,
-            "host": "127.0.0.1",
-            "port": 0,
-            "http_port": 0,
-            "metrics_enabled": False,
-            "complete_cache_weight": 0.0,  # the model's own answers
-            "max_cache_bytes": CACHE_BUDGET,
-        }
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+def server(serve: ServerFactory, repository: Path) -> Iterator[BackgroundServer]:
+    # Its own (no other module serves this repository), stopped when the module ends.
+    with serve.private(
+        repository,
+        complete_cache_weight=0.0,  # the model's own answers
+        max_cache_bytes=CACHE_BUDGET,
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
