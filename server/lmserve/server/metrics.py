@@ -14,8 +14,13 @@ live gauges; a scrape that asks costs one round trip per worker.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 # Scoring requests take from tens of microseconds to seconds (engine stats too).
 DURATION_BUCKETS = (
@@ -148,7 +153,7 @@ class Metrics:
         return gauge
 
 
-def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> tuple[object, int]:
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> tuple[WSGIServer, int]:
     """Starts the `/metrics` HTTP endpoint in a thread; returns the server and its bound port."""
     httpd, _thread = start_http_server(port, addr=host, registry=registry)
     return httpd, int(httpd.server_port)

@@ -10,11 +10,11 @@ to grpc.health.v1 after grpcio's servicer was written) answers every service and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer as _GrpcHealthServicer
 
+from lmserve.server.front.api.grpc_types import Context
 from lmserve.server.registry.repository import ModelEntry, ModelState
 
 SERVICE_NAME = "lmserve.v1.LanguageModelService"
@@ -24,7 +24,7 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 __all__ = ["SERVICE_NAME", "HealthServicer", "model_service_name", "publish_health"]
 
 
-# grpcio-health-checking ships no type hints: its servicer is Any to mypy.
+# grpcio-health-checking ships no type hints: its servicer, the base class here, is untyped.
 class HealthServicer(_GrpcHealthServicer):  # type: ignore[misc]
     """grpcio's asyncio health servicer with `List` (its own raises NotImplementedError)."""
 
@@ -33,7 +33,7 @@ class HealthServicer(_GrpcHealthServicer):  # type: ignore[misc]
         return bool(self._server_status.get(service) == SERVING)
 
     async def List(
-        self, request: health_pb2.HealthListRequest, context: Any
+        self, request: health_pb2.HealthListRequest, context: Context
     ) -> health_pb2.HealthListResponse:
         response = health_pb2.HealthListResponse()
         for service, status in sorted(self._server_status.items()):

@@ -11,7 +11,9 @@ refuses), AuthInterceptor (when a token is configured).
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from types import ModuleType
+
+from starlette.types import ASGIApp
 
 from lmserve.server.front.api.auth import AuthInterceptor
 from lmserve.server.front.api.grpc_types import Interceptor
@@ -27,7 +29,7 @@ class TracingUnavailable(RuntimeError):
     """`otel_tracing` is on but the OpenTelemetry gRPC instrumentation is not installed."""
 
 
-def _otel(module_name: str) -> Any:
+def _otel(module_name: str) -> ModuleType:
     """An OpenTelemetry instrumentation module, or TracingUnavailable in one line."""
     try:
         return importlib.import_module(module_name)
@@ -45,10 +47,11 @@ def tracing_interceptor() -> Interceptor:
     return interceptor
 
 
-def traced_http(app: Any) -> Any:
+def traced_http(app: ASGIApp) -> ASGIApp:
     """The HTTP front's ASGI app with each request a span (OpenTelemetry's ASGI middleware, on
     the same global tracer provider as the gRPC spans)."""
-    return _otel(OTEL_ASGI_MODULE).OpenTelemetryMiddleware(app)
+    traced: ASGIApp = _otel(OTEL_ASGI_MODULE).OpenTelemetryMiddleware(app)
+    return traced
 
 
 def access_log_enabled(settings: Settings) -> bool:

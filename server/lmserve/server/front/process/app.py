@@ -20,9 +20,10 @@ import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -57,6 +58,9 @@ from lmserve.server.worker.limits import EngineLimits
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
 log = logging.getLogger(__name__)
 
 
@@ -80,7 +84,7 @@ class RunningServer:
     health_port: int | None = None
     _health_server: aio.Server | None = field(default=None, repr=False)
     _poller: asyncio.Task[None] | None = field(default=None, repr=False)
-    _metrics_httpd: Any = None
+    _metrics_httpd: WSGIServer | None = None
     _stopped: bool = field(default=False, repr=False)
     _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -318,7 +322,7 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    reloads: set[asyncio.Task[Any]] = set()  # held, so they are not collected mid-reload
+    reloads: set[asyncio.Task[RescanResult]] = set()  # held, so they are not collected mid-reload
 
     def on_sighup() -> None:
         log.info("SIGHUP: reloading the model repository")
@@ -347,10 +351,12 @@ async def serve(settings: Settings) -> None:
     log.info("stopped")
 
 
-def reload_done(tasks: set[asyncio.Task[Any]]) -> Any:
+def reload_done(
+    tasks: set[asyncio.Task[RescanResult]],
+) -> Callable[[asyncio.Task[RescanResult]], None]:
     """A reload task's callback: forgets the task, logs a failed reload."""
 
-    def done(task: asyncio.Task[Any]) -> None:
+    def done(task: asyncio.Task[RescanResult]) -> None:
         tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("repository reload failed: %s", task.exception())

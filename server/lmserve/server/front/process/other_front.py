@@ -14,12 +14,12 @@ import contextlib
 import pickle
 import signal
 import sys
-from typing import Any
 
 from lmserve.server.front.process.app import OtherFront, reload_done, start_server
 from lmserve.server.front.process.extra_fronts import ExtraFrontConfig
 from lmserve.server.front.workers.directory import WorkerDirectory
 from lmserve.server.logging_setup import setup_logging
+from lmserve.server.registry.rescan import RescanResult
 
 
 async def _serve_other(config: ExtraFrontConfig) -> None:
@@ -32,7 +32,7 @@ async def _serve_other(config: ExtraFrontConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    reloads: set[asyncio.Task[Any]] = set()
+    reloads: set[asyncio.Task[RescanResult]] = set()
 
     def on_sighup() -> None:
         task = loop.create_task(running.reload())
