@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
-from integration_data import KJV_PATTERN, MAX_TEXTS, MAX_TOKENS
+from integration_data import AUTH_TOKEN, KJV_PATTERN, MAX_TEXTS, MAX_TOKENS
 from neural_folders import VOCAB, tiny_model, write_onnx_folder
 from served import ServerFactory
 
@@ -107,6 +107,14 @@ def server(serve: ServerFactory, model_repository: Path) -> BackgroundServer:
         max_texts_per_request=MAX_TEXTS,
         max_tokens_per_text=MAX_TOKENS,
     )
+
+
+@pytest.fixture(scope="session")
+def auth_server(serve: ServerFactory, model_repository: Path) -> BackgroundServer:
+    """The session's server on `model_repository` that asks for `AUTH_TOKEN`, shared by the
+    fronts' auth tests (Connect, the WebSocket, /v1, the page); it also takes at most two
+    hypotheses in a Rerank list, for the Connect front's answer to a request over a limit."""
+    return serve(model_repository, auth_token=AUTH_TOKEN, max_rerank_hypotheses=2)
 
 
 @pytest.fixture(scope="session")

@@ -8,3 +8,5 @@ BROKEN_MODELS = ["bad-checksum", "invalid-manifest", "malformed-arpa", "missing-
 MAX_TEXTS = 500
 MAX_TOKENS = 1000
 SERVICE = "lmserve.v1.LanguageModelService"
+# The token of the session's server that asks for one (conftest's `auth_server`).
+AUTH_TOKEN = "shared-s3cret-7d41"

@@ -18,21 +18,20 @@ from pathlib import Path
 
 import pytest
 from headless_chromium import headless_chromium
-from prometheus_client import CollectorRegistry
+from integration_data import AUTH_TOKEN
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
+from served import ServerFactory
 
 from lmserve.client import LmServeClient
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 
-REPO = Path(__file__).resolve().parents[2]
 LSTM = "kjv-lstm"
-TOKEN = "page-s3cret-51ab"
+TOKEN = AUTH_TOKEN
 K = 4
 WAIT = 30
 
@@ -44,15 +43,9 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 
 @pytest.fixture(scope="module")
-def lstm_server(
-    tmp_path_factory: pytest.TempPathFactory, model_repository: Path
-) -> Iterator[BackgroundServer]:
-    root = tmp_path_factory.mktemp("page-models")
-    (root / LSTM).symlink_to(REPO / "models" / LSTM, target_is_directory=True)
-    (root / "kjv3").symlink_to(model_repository / "kjv3", target_is_directory=True)
-    settings = {"model_repository": root, "host": "127.0.0.1", "port": 0}
-    settings |= {"metrics_enabled": False}
-    with start_background_server(load_settings(settings), registry=CollectorRegistry()) as s:
+def lstm_server(serve: ServerFactory, kjv_repository: Path) -> Iterator[BackgroundServer]:
+    # kjv-lstm and kjv3 (the session's `kjv_repository`), in a server of its own.
+    with serve.private(kjv_repository) as s:
         yield s
 
 
@@ -217,18 +210,16 @@ def test_a_click_accepts_and_a_reconnect_resends_the_context(
 
 
 def test_the_page_asks_for_a_token_when_the_server_needs_one(
-    browser: webdriver.Chrome, model_repository: Path
+    browser: webdriver.Chrome, auth_server: BackgroundServer
 ) -> None:
-    settings = {"model_repository": model_repository, "host": "127.0.0.1", "port": 0}
-    settings |= {"metrics_enabled": False, "auth_token": TOKEN}
-    with start_background_server(load_settings(settings), registry=CollectorRegistry()) as server:
-        browser.get(f"http://127.0.0.1:{server.http_port}/")
-        field = browser.find_element(By.ID, "token")
-        _wait(browser, "the token field is shown", lambda d: field.is_displayed())
-        assert "token" in browser.find_element(By.ID, "status").text
-        field.send_keys(TOKEN, Keys.ENTER)
-        _connected(browser)
-        editor = browser.find_element(By.ID, "editor")
-        editor.click()
-        editor.send_keys("and god s")
-        assert all(w.startswith("s") for w in _answered(browser))
+    server = auth_server  # the session's server that asks for AUTH_TOKEN
+    browser.get(f"http://127.0.0.1:{server.http_port}/")
+    field = browser.find_element(By.ID, "token")
+    _wait(browser, "the token field is shown", lambda d: field.is_displayed())
+    assert "token" in browser.find_element(By.ID, "status").text
+    field.send_keys(TOKEN, Keys.ENTER)
+    _connected(browser)
+    editor = browser.find_element(By.ID, "editor")
+    editor.click()
+    editor.send_keys("and god s")
+    assert all(w.startswith("s") for w in _answered(browser))

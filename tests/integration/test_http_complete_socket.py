@@ -7,26 +7,22 @@ from __future__ import annotations
 import json
 import queue
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf.json_format import MessageToDict, ParseDict
 from http_calls import call
-from integration_data import READY_MODELS
-from prometheus_client import CollectorRegistry
+from integration_data import AUTH_TOKEN, READY_MODELS
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
 MODEL = "kjv3"
-TOKEN = "ws-s3cret-9f2e"
+TOKEN = AUTH_TOKEN
 # One user typing "and god said let th", deleting "th" and "let", and typing on.
 KEYSTROKES: list[dict[str, Any]] = [
     {"model": MODEL, "k": 5, "partialWord": "a"},
@@ -217,11 +213,8 @@ def test_the_socket_carries_a_request_id(server: BackgroundServer) -> None:
 
 
 @pytest.fixture(scope="module")
-def token_server(model_repository: Path) -> Iterator[BackgroundServer]:
-    settings = {"model_repository": model_repository, "host": "127.0.0.1", "port": 0}
-    settings |= {"metrics_enabled": False, "auth_token": TOKEN}
-    with start_background_server(load_settings(settings), registry=CollectorRegistry()) as s:
-        yield s
+def token_server(auth_server: BackgroundServer) -> BackgroundServer:
+    return auth_server  # the session's server that asks for AUTH_TOKEN
 
 
 @pytest.mark.parametrize(

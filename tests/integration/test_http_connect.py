@@ -9,7 +9,6 @@ import ssl
 import struct
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import grpc
 import pytest
 from google.protobuf.json_format import MessageToDict
 from http_calls import SERVICE_PATH, call, post, post_json, stream_call
+from integration_data import AUTH_TOKEN
 from metrics_scrape import scrape
 from pki_files import make_pki
 from prometheus_client import CollectorRegistry
@@ -256,7 +256,7 @@ def test_healthz(port: int) -> None:
 
 # -- the same auth and TLS as the gRPC port ---------------------------------------------------
 
-TOKEN = "http-token-5e2a"
+TOKEN = AUTH_TOKEN
 
 
 def _server(model_repository: Path, **settings: Any) -> BackgroundServer:
@@ -266,10 +266,10 @@ def _server(model_repository: Path, **settings: Any) -> BackgroundServer:
 
 
 @pytest.fixture(scope="module")
-def token_server(model_repository: Path) -> Iterator[BackgroundServer]:
-    # Also a small limit, for the overload answer below.
-    with _server(model_repository, auth_token=TOKEN, max_rerank_hypotheses=2) as server:
-        yield server
+def token_server(auth_server: BackgroundServer) -> BackgroundServer:
+    # The session's server that asks for AUTH_TOKEN, with a small Rerank limit for the
+    # overload answer below.
+    return auth_server
 
 
 def test_a_request_over_a_limit_is_429_with_the_limit_named(

@@ -23,6 +23,7 @@ import grpc
 import openai
 import pytest
 from http_calls import post
+from integration_data import AUTH_TOKEN
 from prometheus_client import CollectorRegistry
 
 from lmserve.server.errors import ModelOutputError
@@ -38,7 +39,7 @@ from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[2]
-TOKEN = "openai-token-93be"
+TOKEN = AUTH_TOKEN
 PROMPT = "And God said unto Moses, zzqx"  # capitals, punctuation and an unknown word
 SLOTS = 4
 Stub = lm_service_pb2_grpc.LanguageModelServiceStub
@@ -500,24 +501,22 @@ def test_request_ids_and_metrics_are_the_grpc_ports(
     assert len(models.headers["x-request-id"]) == 32
 
 
-def test_bearer_token_is_required(model_repository: Path) -> None:
-    settings = {"model_repository": model_repository, "host": "127.0.0.1", "port": 0}
-    settings |= {"metrics_enabled": False, "http_port": 0, "auth_token": TOKEN}
-    with start_background_server(load_settings(settings), registry=CollectorRegistry()) as s:
-        for key in ("none", "wrong"):
-            with pytest.raises(openai.AuthenticationError):
-                _client(s, key).completions.create(model="kjv3", prompt="a", max_tokens=2)
-            with pytest.raises(openai.AuthenticationError):
-                _client(s, key).models.list()
-        status, _, raw = post(s.http_port or 0, "/v1/completions", b"{}", {})  # no header at all
-        assert status == 401
-        assert json.loads(raw)["error"]["type"] == "authentication_error"
-        allowed = _client(s, TOKEN)
-        done = allowed.completions.create(
-            model="kjv3", prompt="and god", max_tokens=2, extra_body={"ignore_eos": True}
-        )
-        assert done.usage is not None and done.usage.completion_tokens == 2
-        assert "kjv3" in {m.id for m in allowed.models.list().data}
+def test_bearer_token_is_required(auth_server: BackgroundServer) -> None:
+    s = auth_server  # the session's server that asks for AUTH_TOKEN
+    for key in ("none", "wrong"):
+        with pytest.raises(openai.AuthenticationError):
+            _client(s, key).completions.create(model="kjv3", prompt="a", max_tokens=2)
+        with pytest.raises(openai.AuthenticationError):
+            _client(s, key).models.list()
+    status, _, raw = post(s.http_port or 0, "/v1/completions", b"{}", {})  # no header at all
+    assert status == 401
+    assert json.loads(raw)["error"]["type"] == "authentication_error"
+    allowed = _client(s, TOKEN)
+    done = allowed.completions.create(
+        model="kjv3", prompt="and god", max_tokens=2, extra_body={"ignore_eos": True}
+    )
+    assert done.usage is not None and done.usage.completion_tokens == 2
+    assert "kjv3" in {m.id for m in allowed.models.list().data}
 
 
 # -- overload and clients that leave ------------------------------------------------------------
