@@ -7,15 +7,15 @@ takes it. The float folder is written and checked against its source first (with
 `parity.PARITY_NATS`), then each graph goes through ONNX Runtime's dynamic quantization
 (`onnxruntime.quantization.quantize_dynamic`): the weights of MatMul and LSTM nodes are stored as
 int8 (symmetric, one scale per output channel) and their activations quantized to uint8 at
-every call. A Gemm whose weight is a constant is rewritten first as MatMul + Add (ONNX
-Runtime's dynamic quantization has no Gemm; GPT-2's projections and torch's 2-D linears export
-as Gemm). GRU and
-plain RNN cells have no quantized kernel in ONNX Runtime and stay float32, as do embeddings
-(Gather), layer norms and every input, output and state: a transformer's key/value cache is
-float32 as before (only MatMuls with a constant weight are quantized), and the served backends
-run the graphs unchanged.
+every call; an embedding table (Gather) is stored 8-bit too (uint8 with a zero point, ONNX
+Runtime's layout) and dequantized after the lookup. A Gemm whose weight is a constant is
+rewritten first as MatMul + Add (ONNX Runtime's dynamic quantization has no Gemm; GPT-2's
+projections and torch's 2-D linears export as Gemm). GRU and plain RNN cells have no quantized
+kernel in ONNX Runtime and stay float32, as do layer norms and every input, output and state: a
+transformer's key/value cache is float32 as before (only MatMuls with a constant weight are
+quantized), and the served backends run the graphs unchanged.
 
-The cost is measured, not assumed: held-out text (given, or `DEFAULT_HELD_OUT`) is scored by the
+The cost is measured, not assumed: held-out text (given, or `default_held_out()`) is scored by the
 server's own loader and scorer through the float folder and through the quantized one; the
 largest per-token difference (nats) must stay within `max_token_error` (default
 `DEFAULT_MAX_TOKEN_ERROR`), else `QuantizationError`; that figure, the two perplexities and the
@@ -49,9 +49,12 @@ TORCHSCRIPT_NOT_QUANTIZED = (
     "(export it to ONNX, or bring it as ONNX, to serve it in int8)"
 )
 DEFAULT_HELD_OUT_LINES = 200
+_BATCH = 256  # held-out texts per scoring call
 # The op types handed to quantize_dynamic: ONNX Runtime quantizes MatMul and LSTM dynamically
-# (Gemm is rewritten as MatMul + Add before; GRU and RNN have no dynamic int8 kernel).
-OP_TYPES = ("MatMul", "Gemm", "LSTM", "GRU")
+# (Gemm is rewritten as MatMul + Add before; GRU and RNN have no dynamic int8 kernel), and an
+# embedding table read by Gather (stored 8-bit, dequantized after the lookup: without it a
+# tied LSTM's table stays float beside its int8 copy and the folder does not shrink).
+OP_TYPES = ("MatMul", "Gemm", "LSTM", "GRU", "Gather")
 # What a quantized node becomes, by the op type it was.
 _QUANTIZED = {
     "MatMulInteger": "MatMul",
@@ -179,7 +182,7 @@ def quantize_folder(folder: Path, manifest: ModelManifest, request: Quantize) ->
         raise QuantizationError(
             f"int8 log-probs differ from the float model's by {worst:.3g} nats on a held-out "
             f"token > the bound {request.max_token_error:g} (--max-quantization-error); "
-            "nothing was written (export without --quantize for the float model)"
+            "nothing was written"
         )
     return Quantization(
         ops=ops,
@@ -234,9 +237,13 @@ def _measure(folder: Path, manifest: ModelManifest, texts: Sequence[str]) -> _Me
         kept = [t for t, n in zip(kept, lengths, strict=True) if n + 2 <= limit]
     if not kept:
         raise QuantizationError("no held-out text fits the model's positions")
-    scored = scorer.score_texts(kept, ScoreOptions(), details=True)
-    assert scored.details is not None
-    lps = np.concatenate([d.log_probs for d in scored.details]).astype(np.float64)
+    kept.sort(key=len)  # batches of about one length pad little; the order is the same twice
+    pieces: list[np.ndarray] = []
+    for start in range(0, len(kept), _BATCH):
+        scored = scorer.score_texts(kept[start : start + _BATCH], ScoreOptions(), details=True)
+        assert scored.details is not None
+        pieces.extend(d.log_probs for d in scored.details)
+    lps = np.concatenate(pieces).astype(np.float64)
     total, count = float(lps.sum()), int(lps.size)
     return _Measured(lps, math.exp(-total / count) if count else 1.0, list(kept))
 
@@ -274,9 +281,17 @@ def _quantize_graphs(
             except Exception as exc:  # ONNX Runtime's own errors on an unusual graph
                 raise QuantizationError(f"{source.name}: cannot be quantized ({exc})") from exc
             result = onnx.load_model(str(out))
+            eight_bit = {
+                t.name
+                for t in result.graph.initializer
+                if t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+            }
             for node in result.graph.node:
                 if node.op_type in _QUANTIZED:
                     ops.add(_QUANTIZED[node.op_type])
+                    nodes += 1
+                elif node.op_type == "Gather" and node.input[0] in eight_bit:
+                    ops.add("Gather")
                     nodes += 1
             quantized.append(result)
     shared = manifest.files.get("weights")

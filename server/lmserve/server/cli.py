@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "import-onnx": "lmserve.export.custom.import_onnx_command",
     "import-torchscript": "lmserve.export.custom.import_torchscript_command",
     "import-hf": "lmserve.export.hf.command",
+    "quantize": "lmserve.export.quantize_command",
 }
 
 
