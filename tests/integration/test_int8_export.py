@@ -127,10 +127,10 @@ def test_the_recorded_error_is_the_served_difference(
 @pytest.mark.parametrize(
     ("model", "ops"),
     [
-        ("rnn-lstm", ["LSTM", "MatMul"]),
-        ("hf-gpt2", ["MatMul"]),
-        ("onnx-gru", ["MatMul"]),
-        ("module-lstm", ["LSTM", "MatMul"]),
+        ("rnn-lstm", ["Gather", "LSTM", "MatMul"]),
+        ("hf-gpt2", ["Gather", "MatMul"]),
+        ("onnx-gru", ["Gather", "MatMul"]),
+        ("module-lstm", ["Gather", "LSTM", "MatMul"]),
     ],
 )
 def test_the_graphs_hold_int8_weights_and_float_inputs(
@@ -224,3 +224,19 @@ def test_an_error_over_the_bound_is_refused_and_nothing_is_written(
     _one_line_refusal(capsys, "--max-quantization-error", "nats")
     assert not out.exists()
     assert not list(tmp_path.glob(".m.partial-*"))
+
+
+def test_the_quantize_command_gives_a_written_folder_the_exports_int8(
+    repository: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(WORD_TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "copy-int8"
+    assert main(["quantize", str(repository / "rnn-lstm"), str(out), "--held-out", str(words)]) == 0
+    got, exported = (read_manifest(f).quantization for f in (out, repository / "rnn-lstm-int8"))
+    assert got is not None and exported is not None
+    assert got.model_dump() == exported.model_dump()  # the same graphs, quantized the same way
+    assert read_manifest(out).name == "copy-int8"
+    capsys.readouterr()
+    assert main(["quantize", str(out), str(tmp_path / "again")]) == 1
+    _one_line_refusal(capsys, "quantized already")
