@@ -36,7 +36,6 @@ import bisect
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -112,7 +111,7 @@ class WordCache:
         # Bumped by every edit: what is derived from the cache (a keystroke's table) is kept
         # while it is unchanged.
         self.version = 0
-        self.derived: Any = None
+        self.derived: object = None  # opaque here: its deriver (decoding.completion) checks it
         self._measured = (-1, 0)  # (version, nbytes)
         self._listed: Counter[str] = Counter()  # how many sources hold each listed word
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from itertools import chain, repeat
-from typing import Any
 
 import numpy as np
 
@@ -81,7 +80,7 @@ class TextEncoder:
     def __init__(self, tokenizer: WordTokenizer, vocab: Vocabulary, *, native: bool = True):
         self.tokenizer = tokenizer
         self.vocab = vocab
-        self._index: Any = None
+        self._index: _wordindex.WordIndex | None = None
         # The C path covers the whitespace rule (after optional lowercasing), not a regex.
         if native and _wordindex is not None and tokenizer.pattern is None:
             self._index = _wordindex.WordIndex(list(vocab.words), vocab.unk_id)
