@@ -19,7 +19,6 @@ word. The two subword vocabularies mark word ends differently:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +53,14 @@ class PieceVocabulary:
 
     @classmethod
     def build(
-        cls, vocab: Vocabulary, texts: list[str], ends: list[bool], **marks: Any
+        cls,
+        vocab: Vocabulary,
+        texts: list[str],
+        ends: list[bool],
+        *,
+        opens: npt.NDArray[np.bool_] | None = None,
+        continues: npt.NDArray[np.bool_] | None = None,
+        closes: npt.NDArray[np.bool_] | None = None,
     ) -> PieceVocabulary:
         specials = {vocab.bos_id, vocab.eos_id, vocab.unk_id, vocab.pad_id}
         usable = np.array([i not in specials for i in range(len(texts))], dtype=np.bool_)
@@ -70,7 +76,9 @@ class PieceVocabulary:
             by_text={t: tuple(ids) for t, ids in by_text.items()},
             usable_ids=np.array(kept, dtype=np.int64),
             starting_ids=np.array([i for i in kept if texts[i]], dtype=np.int64),
-            **marks,
+            opens=opens,
+            continues=continues,
+            closes=closes,
         )
 
     @classmethod
