@@ -24,7 +24,7 @@ negative) count returns None and the caller builds it the ordinary way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -97,11 +97,14 @@ def pack_totals(
     return packed_text_scores(log_probs, token_counts, oov_counts)
 
 
-def _as(values: npt.NDArray[Any], dtype: type[np.generic]) -> npt.NDArray[Any]:
+S = TypeVar("S", bound=np.generic)
+
+
+def _as(values: npt.NDArray[np.generic], dtype: type[S]) -> npt.NDArray[S]:
     """`values` itself when it already is a C-contiguous array of `dtype` (the scorers' case:
     no numpy call), else a converted copy."""
     if values.dtype == dtype and values.flags.c_contiguous:
-        return values
+        return cast("npt.NDArray[S]", values)  # of `dtype`: just checked
     return np.ascontiguousarray(values, dtype=dtype)
 
 
