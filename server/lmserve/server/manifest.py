@@ -140,7 +140,8 @@ class Quantization(_Strict):
     # float32.
     method: Literal["dynamic-int8"] = "dynamic-int8"
     weights: Literal["int8"] = "int8"
-    # The op types whose weights became int8 (e.g. MatMul, LSTM), and how many nodes.
+    # The op types whose weights became 8-bit (MatMul, LSTM: int8; Gather, an embedding table:
+    # uint8 with a zero point), and how many nodes.
     ops: list[str] = Field(default_factory=list)
     nodes: int = Field(default=0, ge=0)
     # Largest |log p_int8 - log p_float| over the held-out tokens, and the bound it passed.
