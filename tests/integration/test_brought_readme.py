@@ -11,10 +11,8 @@ import grpc
 import numpy as np
 import pytest
 import torch
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
-from lmserve.server.front.process.app import start_background_server
-from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -29,6 +27,7 @@ def _example(page: str) -> str:
 
 def test_the_readme_example_writes_a_served_folder(
     repo_root: Path,
+    serve: ServerFactory,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -41,19 +40,14 @@ def test_the_readme_example_writes_a_served_folder(
     assert 0 <= printed <= 1e-4
     model, words = scope["model"], scope["words"]
     assert isinstance(model, torch.nn.Module) and isinstance(words, list)
-    settings = load_settings(
-        {"model_repository": tmp_path / "models", "host": "127.0.0.1", "port": 0,
-         "metrics_enabled": False}
-    )  # fmt: skip
-    server = start_background_server(settings, registry=CollectorRegistry())
-    try:
-        with grpc.insecure_channel(server.address) as channel:
-            stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
-            text = "in the beginning god created the heaven and the earth"
-            request = pb.ScoreRequest(model="tiny-lstm", texts=[text], return_tokens=True)
-            [result] = stub.Score(request).results
-    finally:
-        server.stop(grace=1.0)
+    with (
+        serve.private(tmp_path / "models") as server,
+        grpc.insecure_channel(server.address) as channel,
+    ):
+        stub = lm_service_pb2_grpc.LanguageModelServiceStub(channel)
+        text = "in the beginning god created the heaven and the earth"
+        request = pb.ScoreRequest(model="tiny-lstm", texts=[text], return_tokens=True)
+        [result] = stub.Score(request).results
     ids = [words.index(w) for w in text.split()]
     with torch.no_grad():
         zeros = torch.zeros(1, 2, 32)

@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
 from lmserve.server.backends.ngram.model import NgramModel
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.registry.repository import load_entry
-from lmserve.server.settings import load_settings
 
 # Multiple choice: the context, the choices, the right one's index (KJV-like sentences).
 CHOICE_DOCS = [
@@ -36,19 +35,10 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def kjv3_server(model_repository: Path) -> Iterator[BackgroundServer]:
-    root = model_repository
-    settings = {
-        "host": "127.0.0.1",
-        "port": 0,
-        "http_port": 0,
-        "metrics_enabled": False,
-    }
-    # One model served, so the tokenizer endpoints need no model name (as vLLM's).
-    with start_background_server(
-        load_settings({**settings, "model_repository": _only(root, "kjv3")}),
-        registry=CollectorRegistry(),
-    ) as server:
+def kjv3_server(serve: ServerFactory, model_repository: Path) -> Iterator[BackgroundServer]:
+    # One model served, so the tokenizer endpoints need no model name (as vLLM's); its own
+    # server, stopped when the module ends.
+    with serve.private(_only(model_repository, "kjv3")) as server:
         yield server
 
 

@@ -13,21 +13,18 @@ from pathlib import Path
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 
 
 @pytest.fixture(scope="module")
-def solo_server(model_repository: Path) -> Iterator[BackgroundServer]:
+def solo_server(serve: ServerFactory, model_repository: Path) -> Iterator[BackgroundServer]:
     solo = model_repository.parent / "openapi-solo"
     if not solo.exists():
         solo.mkdir()
         (solo / "test").symlink_to(model_repository / "test", target_is_directory=True)
-    base = {"model_repository": solo, "host": "127.0.0.1", "port": 0, "http_port": 0}
-    base |= {"metrics_enabled": False}
-    with start_background_server(load_settings(base), registry=CollectorRegistry()) as server:
+    with serve.private(solo) as server:  # its own, stopped when the module ends
         yield server
 
 
