@@ -34,8 +34,10 @@ def score_count(server: ServeProcess) -> float:
     )
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def three_servers(model_repository: Path) -> Iterator[list[ServeProcess]]:
+    """Three `lmserve serve` processes for the module: the first may be killed by a test, the
+    last never is (the DNS test needs one that answers, and calls no Score)."""
     flags = ("--shutdown-notice-seconds", "0", "--grace-period-seconds", "1")
     with ThreadPoolExecutor(3) as pool:
         servers = list(pool.map(lambda _: ServeProcess(model_repository, *flags), range(3)))
@@ -82,11 +84,11 @@ def test_calls_spread_over_every_server_and_survive_one_dying(
         assert served >= 150, (before, after)  # the survivors took over the victim's share
 
 
-def test_a_dns_target_balances_and_sets_the_service_config(model_repository: Path) -> None:
-    with (
-        ServeProcess(model_repository) as server,
-        LmServeClient(f"dns:///127.0.0.1:{server.port}") as client,
-    ):
+def test_a_dns_target_balances_and_sets_the_service_config(
+    three_servers: list[ServeProcess],
+) -> None:
+    server = three_servers[-1]  # never the one killed; ListModels leaves the Score counts be
+    with LmServeClient(f"dns:///127.0.0.1:{server.port}") as client:
         assert client.list_models()
     plan = ChannelPlan.build(f"dns:///localhost:{server.port}")
     config = json.loads(dict(plan.options)["grpc.service_config"])
