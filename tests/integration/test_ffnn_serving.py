@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
 from lmserve.client import GeneratedToken, LmServeClient
 from lmserve.export.rnn.data import encode_sentences
@@ -28,9 +28,8 @@ from lmserve.export.trainers.loop import BEST_CHECKPOINT
 from lmserve.export.trainers.recurrent import evaluate, load_checkpoint
 from lmserve.server.cli import main
 from lmserve.server.families.catalog import make_stepper
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.registry.repository import load_entry
-from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -74,23 +73,17 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(trained: dict[str, Any]) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {
-            "model_repository": trained["repo"],
-            "host": "127.0.0.1",
-            "port": 0,
-            "metrics_enabled": False,
-            "max_chunk_tokens": 4,  # texts cross several chunks, the window carried between
-            "max_active_sequences": 8,
-            # The base model's exact answers: the session cache is off here and tested in
-            # test_complete_cache.py.
-            "complete_cache_weight": 0.0,
-        }
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+def server(serve: ServerFactory, trained: dict[str, Any]) -> Iterator[BackgroundServer]:
+    # Its own (no other module serves this repository), stopped when the module ends.
+    with serve.private(
+        trained["repo"],
+        max_chunk_tokens=4,  # texts cross several chunks, the window carried between
+        max_active_sequences=8,
+        # The base model's exact answers: the session cache is off here and tested in
+        # test_complete_cache.py.
+        complete_cache_weight=0.0,
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

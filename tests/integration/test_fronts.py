@@ -14,11 +14,10 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from neural_folders import VOCAB, tiny_model, write_onnx_folder
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
 from lmserve.server.front.api.interceptors import FRONT_KEY
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -32,22 +31,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer]:
+def server(
+    serve: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BackgroundServer]:
     root = tmp_path_factory.mktemp("fronts")
     write_onnx_folder(tiny_model("gru", seed=3), VOCAB, root / "gru", name="gru")
-    settings = load_settings(
-        {
-            "model_repository": root,
-            "host": "127.0.0.1",
-            "port": _free_port(),
-            "metrics_enabled": False,
-            "http_enabled": False,
-            "fronts": 2,
-        }
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+    # Its own (two front processes on one port), stopped when the module ends.
+    with serve.private(root, port=_free_port(), http_enabled=False, fronts=2) as running:
+        yield running
 
 
 def _front_of(call: grpc.Call) -> str:

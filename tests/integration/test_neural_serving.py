@@ -20,12 +20,11 @@ from neural_folders import (
     write_onnx_folder,
     write_torchscript_folder,
 )
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
 from lmserve.export.rnn.model import RecurrentLM
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import ModelManifest, sha256_of, write_manifest
-from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -120,24 +119,18 @@ def repository(tmp_path_factory: pytest.TempPathFactory, lstm: RecurrentLM) -> P
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {
-            "model_repository": repository,
-            "host": "127.0.0.1",
-            "port": 0,
-            "metrics_enabled": False,
-            "max_chunk_tokens": 16,
-            # Small units: requests are cut into several passes, concurrent ones share passes.
-            "scoring_unit_tokens": 64,
-            # The base model's exact answers: the session cache is off here and tested in
-            # test_complete_cache.py.
-            "complete_cache_weight": 0.0,
-        }
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+def server(serve: ServerFactory, repository: Path) -> Iterator[BackgroundServer]:
+    # Its own (no other module serves this repository), stopped when the module ends.
+    with serve.private(
+        repository,
+        max_chunk_tokens=16,
+        # Small units: requests are cut into several passes, concurrent ones share passes.
+        scoring_unit_tokens=64,
+        # The base model's exact answers: the session cache is off here and tested in
+        # test_complete_cache.py.
+        complete_cache_weight=0.0,
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,11 @@ import grpc
 import kenlm  # the independent cross-check (a dev dependency)
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
+from served import ServerFactory
 
 from lmserve.server.cli import main
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.manifest import TokenizerKind, read_manifest, verify_files
-from lmserve.server.settings import load_settings
 from lmserve.server.text.bpe import BpeCodec
 from lmserve.server.text.char import CharCodec, escape_token
 from lmserve.v1 import lm_service_pb2 as pb
@@ -111,13 +110,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[BackgroundServer]:
-    settings = load_settings(
-        {"model_repository": repository, "host": "127.0.0.1", "port": 0, "metrics_enabled": False}
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+def server(serve: ServerFactory, repository: Path) -> Iterator[BackgroundServer]:
+    # Its own (no other module serves this repository), stopped when the module ends.
+    with serve.private(repository) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

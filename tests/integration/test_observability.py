@@ -21,16 +21,15 @@ from google.rpc import code_pb2, error_details_pb2
 from grpc_status import rpc_status
 from http_calls import post_json
 from metrics_scrape import scrape
-from prometheus_client import CollectorRegistry
 from serve_process import ServeProcess, wait_until
+from served import ServerFactory
 
 from lmserve.client import AsyncLmServeClient, LmServeClient, NBestHypothesis, NBestList
 from lmserve.client._requests import generate_request
 from lmserve.client.errors import ResourceExhaustedError
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.logging_setup import log_handler
 from lmserve.server.manifest import ModelManifest, write_manifest
-from lmserve.server.settings import load_settings
 from lmserve.v1 import lm_service_pb2 as pb
 from lmserve.v1 import lm_service_pb2_grpc
 
@@ -71,27 +70,25 @@ def write_bigram(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer]:
+def server(
+    serve: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BackgroundServer]:
     root = tmp_path_factory.mktemp("observe-models")
     write_bigram(root)
-    settings = load_settings(
-        {
-            "model_repository": root,
-            "host": "127.0.0.1",
-            "port": 0,
-            "metrics_host": "127.0.0.1",
-            "metrics_port": 0,
-            "auth_token": TOKEN,
-            "log_format": "json",
-            "max_active_sequences": 1,
-            "max_queued_requests": 0,
-            "max_rerank_lists": 2,
-            "max_new_tokens": 1_000_000,
-        }
-    )
-    running = start_background_server(settings, registry=CollectorRegistry())
-    yield running
-    running.stop(grace=1.0)
+    # Its own (no other module serves this repository), stopped when the module ends.
+    with serve.private(
+        root,
+        metrics_enabled=True,
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+        auth_token=TOKEN,
+        log_format="json",
+        max_active_sequences=1,
+        max_queued_requests=0,
+        max_rerank_lists=2,
+        max_new_tokens=1_000_000,
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

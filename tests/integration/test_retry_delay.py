@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from serve_process import wait_until
+from served import ServerFactory
 
 from lmserve.client import LmServeClient
 from lmserve.client.errors import ResourceExhaustedError
-from lmserve.server.front.process.app import BackgroundServer, start_background_server
-from lmserve.server.settings import load_settings
+from lmserve.server.front.process.app import BackgroundServer
 from lmserve.server.worker.retry_estimate import MAX_DELAY, MIN_DELAY
 from lmserve.server.worker.scoring.queue import ScoringQueue
 
@@ -49,17 +48,15 @@ class PacedBackend:
 
 
 @pytest.fixture
-def paced(model_repository: Path) -> Iterator[tuple[BackgroundServer, ScoringQueue, PacedBackend]]:
-    settings = {
-        "model_repository": model_repository,
-        "host": "127.0.0.1",
-        "port": 0,
-        "metrics_enabled": False,
-        "scoring_max_queued_tokens": MAX_QUEUED,
+def paced(
+    serve: ServerFactory, model_repository: Path
+) -> Iterator[tuple[BackgroundServer, ScoringQueue, PacedBackend]]:
+    with serve.private(
+        model_repository,
+        scoring_max_queued_tokens=MAX_QUEUED,
         # In-process engine: the test paces the model's backend inside its scoring queue.
-        "engine_workers": False,
-    }
-    with start_background_server(load_settings(settings), registry=CollectorRegistry()) as server:
+        engine_workers=False,
+    ) as server:  # its own: the test replaces a model's backend
         queue = server.running.models.ready("test").engine.scoring  # type: ignore[attr-defined]
         backend = PacedBackend(queue.backend)
         queue.backend = backend  # type: ignore[assignment]
