@@ -51,9 +51,11 @@ def test_score_into_head_ends_quietly(server: ServeProcess, tmp_path: Path) -> N
 
 
 def _interrupted(command: list[str], feed: str | None) -> subprocess.Popen[str]:
-    """`command` started, its first output line read (it is mid-call), then sent SIGINT."""
+    """`command` started, its first output line read (it is mid-call), then sent SIGINT. It
+    starts with SIGINT's default action, as from a terminal: a child inherits an ignored
+    signal, and a run of the whole suite may have left SIGINT ignored in this process."""
     process = subprocess.Popen(
-        command,
+        ["env", "--default-signal=INT", *command],
         stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
