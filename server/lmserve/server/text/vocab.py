@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import numpy.typing as npt
@@ -102,8 +103,8 @@ class EncodedBatch:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
         offsets = np.zeros(len(id_lists) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        flat = [int(i) for ids in id_lists for i in ids]
-        ids = np.asarray(flat, dtype=np.int32).reshape(len(flat))
+        flat = chain.from_iterable(id_lists)
+        ids = np.fromiter(flat, dtype=np.int32, count=int(offsets[-1]))
         return cls(ids=ids, offsets=offsets, oov=ids == unk_id)
 
     def first_as_starts(self) -> EncodedBatch:
