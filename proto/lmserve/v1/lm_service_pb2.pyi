@@ -62,6 +62,12 @@ class LengthUnit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LENGTH_UNIT_TOKENS: _ClassVar[LengthUnit]
     LENGTH_UNIT_WORDS: _ClassVar[LengthUnit]
     LENGTH_UNIT_CHARACTERS: _ClassVar[LengthUnit]
+
+class LatticeFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LATTICE_FORMAT_UNSPECIFIED: _ClassVar[LatticeFormat]
+    LATTICE_FORMAT_HTK_SLF: _ClassVar[LatticeFormat]
+    LATTICE_FORMAT_KALDI_TEXT: _ClassVar[LatticeFormat]
 MODEL_KIND_UNSPECIFIED: ModelKind
 MODEL_KIND_NGRAM: ModelKind
 MODEL_KIND_RNN: ModelKind
@@ -97,6 +103,9 @@ LENGTH_UNIT_UNSPECIFIED: LengthUnit
 LENGTH_UNIT_TOKENS: LengthUnit
 LENGTH_UNIT_WORDS: LengthUnit
 LENGTH_UNIT_CHARACTERS: LengthUnit
+LATTICE_FORMAT_UNSPECIFIED: LatticeFormat
+LATTICE_FORMAT_HTK_SLF: LatticeFormat
+LATTICE_FORMAT_KALDI_TEXT: LatticeFormat
 
 class TokenizerInfo(_message.Message):
     __slots__ = ("kind", "lowercase", "description")
@@ -721,6 +730,162 @@ class RerankResponse(_message.Message):
     request_tokens: int
     computed_tokens: int
     def __init__(self, lists: _Optional[_Iterable[_Union[RerankedList, _Mapping]]] = ..., model: _Optional[str] = ..., request_tokens: _Optional[int] = ..., computed_tokens: _Optional[int] = ...) -> None: ...
+
+class Lattice(_message.Message):
+    __slots__ = ("id", "format", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    format: LatticeFormat
+    text: str
+    def __init__(self, id: _Optional[str] = ..., format: _Optional[_Union[LatticeFormat, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class RescoreLatticeRequest(_message.Message):
+    __slots__ = ("model", "lattices", "words", "acoustic_scale", "lm_weight", "old_lm_weight", "word_insertion_penalty", "bias", "nbest", "max_history", "beam", "options", "return_lattice")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    LATTICES_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    ACOUSTIC_SCALE_FIELD_NUMBER: _ClassVar[int]
+    LM_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    OLD_LM_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    WORD_INSERTION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    BIAS_FIELD_NUMBER: _ClassVar[int]
+    NBEST_FIELD_NUMBER: _ClassVar[int]
+    MAX_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    BEAM_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    RETURN_LATTICE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    lattices: _containers.RepeatedCompositeFieldContainer[Lattice]
+    words: str
+    acoustic_scale: float
+    lm_weight: float
+    old_lm_weight: float
+    word_insertion_penalty: float
+    bias: BiasList
+    nbest: int
+    max_history: int
+    beam: float
+    options: ScoreOptions
+    return_lattice: bool
+    def __init__(self, model: _Optional[str] = ..., lattices: _Optional[_Iterable[_Union[Lattice, _Mapping]]] = ..., words: _Optional[str] = ..., acoustic_scale: _Optional[float] = ..., lm_weight: _Optional[float] = ..., old_lm_weight: _Optional[float] = ..., word_insertion_penalty: _Optional[float] = ..., bias: _Optional[_Union[BiasList, _Mapping]] = ..., nbest: _Optional[int] = ..., max_history: _Optional[int] = ..., beam: _Optional[float] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., return_lattice: _Optional[bool] = ...) -> None: ...
+
+class LatticePath(_message.Message):
+    __slots__ = ("words", "text", "combined_score", "acoustic_score", "lm_log_prob", "old_lm_score", "word_count", "bias", "arcs")
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    COMBINED_SCORE_FIELD_NUMBER: _ClassVar[int]
+    ACOUSTIC_SCORE_FIELD_NUMBER: _ClassVar[int]
+    LM_LOG_PROB_FIELD_NUMBER: _ClassVar[int]
+    OLD_LM_SCORE_FIELD_NUMBER: _ClassVar[int]
+    WORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BIAS_FIELD_NUMBER: _ClassVar[int]
+    ARCS_FIELD_NUMBER: _ClassVar[int]
+    words: _containers.RepeatedScalarFieldContainer[str]
+    text: str
+    combined_score: float
+    acoustic_score: float
+    lm_log_prob: float
+    old_lm_score: float
+    word_count: int
+    bias: float
+    arcs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, words: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., combined_score: _Optional[float] = ..., acoustic_score: _Optional[float] = ..., lm_log_prob: _Optional[float] = ..., old_lm_score: _Optional[float] = ..., word_count: _Optional[int] = ..., bias: _Optional[float] = ..., arcs: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RescoredLattice(_message.Message):
+    __slots__ = ("id", "paths", "lattice", "nodes", "arcs", "expanded_nodes", "expanded_arcs", "exact")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PATHS_FIELD_NUMBER: _ClassVar[int]
+    LATTICE_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    ARCS_FIELD_NUMBER: _ClassVar[int]
+    EXPANDED_NODES_FIELD_NUMBER: _ClassVar[int]
+    EXPANDED_ARCS_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    paths: _containers.RepeatedCompositeFieldContainer[LatticePath]
+    lattice: str
+    nodes: int
+    arcs: int
+    expanded_nodes: int
+    expanded_arcs: int
+    exact: bool
+    def __init__(self, id: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[LatticePath, _Mapping]]] = ..., lattice: _Optional[str] = ..., nodes: _Optional[int] = ..., arcs: _Optional[int] = ..., expanded_nodes: _Optional[int] = ..., expanded_arcs: _Optional[int] = ..., exact: _Optional[bool] = ...) -> None: ...
+
+class RescoreLatticeResponse(_message.Message):
+    __slots__ = ("model", "lattices", "computed_tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    LATTICES_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    lattices: _containers.RepeatedCompositeFieldContainer[RescoredLattice]
+    computed_tokens: int
+    def __init__(self, model: _Optional[str] = ..., lattices: _Optional[_Iterable[_Union[RescoredLattice, _Mapping]]] = ..., computed_tokens: _Optional[int] = ...) -> None: ...
+
+class FuseExtension(_message.Message):
+    __slots__ = ("id", "parent", "token_id", "token")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    parent: int
+    token_id: int
+    token: str
+    def __init__(self, id: _Optional[int] = ..., parent: _Optional[int] = ..., token_id: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+
+class FuseRequest(_message.Message):
+    __slots__ = ("model", "options", "extend", "drop", "query", "candidate_ids", "top_k", "end_log_prob", "sequence")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    EXTEND_FIELD_NUMBER: _ClassVar[int]
+    DROP_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    END_LOG_PROB_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    options: ScoreOptions
+    extend: _containers.RepeatedCompositeFieldContainer[FuseExtension]
+    drop: _containers.RepeatedScalarFieldContainer[int]
+    query: _containers.RepeatedScalarFieldContainer[int]
+    candidate_ids: _containers.RepeatedScalarFieldContainer[int]
+    top_k: int
+    end_log_prob: bool
+    sequence: int
+    def __init__(self, model: _Optional[str] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., extend: _Optional[_Iterable[_Union[FuseExtension, _Mapping]]] = ..., drop: _Optional[_Iterable[int]] = ..., query: _Optional[_Iterable[int]] = ..., candidate_ids: _Optional[_Iterable[int]] = ..., top_k: _Optional[int] = ..., end_log_prob: _Optional[bool] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class FusedHypothesis(_message.Message):
+    __slots__ = ("id", "token_log_prob", "candidate_log_probs", "top_ids", "top_log_probs", "top_tokens", "end_log_prob")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_LOG_PROB_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_LOG_PROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOG_PROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    END_LOG_PROB_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    token_log_prob: float
+    candidate_log_probs: _containers.RepeatedScalarFieldContainer[float]
+    top_ids: _containers.RepeatedScalarFieldContainer[int]
+    top_log_probs: _containers.RepeatedScalarFieldContainer[float]
+    top_tokens: _containers.RepeatedScalarFieldContainer[str]
+    end_log_prob: float
+    def __init__(self, id: _Optional[int] = ..., token_log_prob: _Optional[float] = ..., candidate_log_probs: _Optional[_Iterable[float]] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_log_probs: _Optional[_Iterable[float]] = ..., top_tokens: _Optional[_Iterable[str]] = ..., end_log_prob: _Optional[float] = ...) -> None: ...
+
+class FuseResponse(_message.Message):
+    __slots__ = ("hypotheses", "sequence", "live", "model")
+    HYPOTHESES_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    hypotheses: _containers.RepeatedCompositeFieldContainer[FusedHypothesis]
+    sequence: int
+    live: int
+    model: str
+    def __init__(self, hypotheses: _Optional[_Iterable[_Union[FusedHypothesis, _Mapping]]] = ..., sequence: _Optional[int] = ..., live: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
     __slots__ = ("session_id", "model", "append_text", "append_tokens", "rollback_tokens", "partial_word", "k", "reset", "context", "sequence", "user_words", "history", "cache_weight")

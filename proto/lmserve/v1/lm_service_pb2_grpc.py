@@ -90,6 +90,21 @@ class LanguageModelServiceStub:
                 request_serializer=lmserve_dot_v1_dot_lm__service__pb2.CompleteRequest.SerializeToString,
                 response_deserializer=lmserve_dot_v1_dot_lm__service__pb2.CompleteResponse.FromString,
                 _registered_method=True)
+        self.RescoreLattice = channel.unary_unary(
+                '/lmserve.v1.LanguageModelService/RescoreLattice',
+                request_serializer=lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeRequest.SerializeToString,
+                response_deserializer=lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeResponse.FromString,
+                _registered_method=True)
+        self.RescoreLatticeStream = channel.stream_stream(
+                '/lmserve.v1.LanguageModelService/RescoreLatticeStream',
+                request_serializer=lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeRequest.SerializeToString,
+                response_deserializer=lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeResponse.FromString,
+                _registered_method=True)
+        self.Fuse = channel.stream_stream(
+                '/lmserve.v1.LanguageModelService/Fuse',
+                request_serializer=lmserve_dot_v1_dot_lm__service__pb2.FuseRequest.SerializeToString,
+                response_deserializer=lmserve_dot_v1_dot_lm__service__pb2.FuseResponse.FromString,
+                _registered_method=True)
 
 
 class LanguageModelServiceServicer:
@@ -186,6 +201,41 @@ class LanguageModelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RescoreLattice(self, request, context):
+        """Rescores word lattices (HTK SLF or Kaldi text lattices) with the model: every arc's LM
+        score is replaced by the model's, the caller's weights combine it with the arc's acoustic
+        and old LM scores, and the best path, an n-best list and (on request) the rescored lattice
+        come back. Exact for n-gram models (nodes expanded by the model's history state); recurrent
+        and transformer histories are merged at `max_history` tokens and the expansion is pruned by
+        `beam` (the response says whether either changed the result). A lattice that is not a
+        lattice (a cycle, an arc to no node, an unknown format) is INVALID_ARGUMENT, one past the
+        server's size limits RESOURCE_EXHAUSTED, each naming the lattice by index and id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RescoreLatticeStream(self, request_iterator, context):
+        """RescoreLattice for pipelines: one response per request, in request order (as RerankStream);
+        a bad request ends the stream with its error led by its index ("requests[3].lattices[0]...").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fuse(self, request_iterator, context):
+        """Shallow fusion for an external beam search: the caller keeps its hypotheses as ids, and
+        each message adds children (a parent id and a token) and drops pruned ids; each answer
+        gives every new hypothesis (and every queried one) the model's log-probabilities of the
+        candidate tokens it asks for, or of its top k. The model state of every live hypothesis
+        stays in the service (n-gram context, recurrent state, transformer cache shared with its
+        parent's prefix). The first message names the model. Id 0 is the root: `<s>`, read before
+        anything else (`options.bos`). One answer per message, in order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LanguageModelServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -243,6 +293,21 @@ def add_LanguageModelServiceServicer_to_server(servicer, server):
                     servicer.Complete,
                     request_deserializer=lmserve_dot_v1_dot_lm__service__pb2.CompleteRequest.FromString,
                     response_serializer=lmserve_dot_v1_dot_lm__service__pb2.CompleteResponse.SerializeToString,
+            ),
+            'RescoreLattice': grpc.unary_unary_rpc_method_handler(
+                    servicer.RescoreLattice,
+                    request_deserializer=lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeRequest.FromString,
+                    response_serializer=lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeResponse.SerializeToString,
+            ),
+            'RescoreLatticeStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.RescoreLatticeStream,
+                    request_deserializer=lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeRequest.FromString,
+                    response_serializer=lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeResponse.SerializeToString,
+            ),
+            'Fuse': grpc.stream_stream_rpc_method_handler(
+                    servicer.Fuse,
+                    request_deserializer=lmserve_dot_v1_dot_lm__service__pb2.FuseRequest.FromString,
+                    response_serializer=lmserve_dot_v1_dot_lm__service__pb2.FuseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -543,6 +608,87 @@ class LanguageModelService:
             '/lmserve.v1.LanguageModelService/Complete',
             lmserve_dot_v1_dot_lm__service__pb2.CompleteRequest.SerializeToString,
             lmserve_dot_v1_dot_lm__service__pb2.CompleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RescoreLattice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lmserve.v1.LanguageModelService/RescoreLattice',
+            lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeRequest.SerializeToString,
+            lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RescoreLatticeStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/lmserve.v1.LanguageModelService/RescoreLatticeStream',
+            lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeRequest.SerializeToString,
+            lmserve_dot_v1_dot_lm__service__pb2.RescoreLatticeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fuse(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/lmserve.v1.LanguageModelService/Fuse',
+            lmserve_dot_v1_dot_lm__service__pb2.FuseRequest.SerializeToString,
+            lmserve_dot_v1_dot_lm__service__pb2.FuseResponse.FromString,
             options,
             channel_credentials,
             insecure,
