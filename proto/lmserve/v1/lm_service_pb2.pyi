@@ -258,20 +258,41 @@ class Quantization(_message.Message):
     def __init__(self, method: _Optional[str] = ..., weights: _Optional[str] = ..., ops: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., max_token_error: _Optional[float] = ..., max_token_error_bound: _Optional[float] = ..., float_perplexity: _Optional[float] = ..., perplexity: _Optional[float] = ..., perplexity_change: _Optional[float] = ..., held_out: _Optional[str] = ..., held_out_tokens: _Optional[int] = ..., float_bytes: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class TransformerInfo(_message.Message):
-    __slots__ = ("architecture", "max_positions", "num_layers", "kv_heads", "head_dim", "cache_bytes_per_position")
+    __slots__ = ("architecture", "max_positions", "num_layers", "kv_heads", "head_dim", "cache_bytes_per_position", "optimization")
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     MAX_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     KV_HEADS_FIELD_NUMBER: _ClassVar[int]
     HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
     CACHE_BYTES_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
     architecture: str
     max_positions: int
     num_layers: int
     kv_heads: int
     head_dim: int
     cache_bytes_per_position: int
-    def __init__(self, architecture: _Optional[str] = ..., max_positions: _Optional[int] = ..., num_layers: _Optional[int] = ..., kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., cache_bytes_per_position: _Optional[int] = ...) -> None: ...
+    optimization: GraphOptimization
+    def __init__(self, architecture: _Optional[str] = ..., max_positions: _Optional[int] = ..., num_layers: _Optional[int] = ..., kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., cache_bytes_per_position: _Optional[int] = ..., optimization: _Optional[_Union[GraphOptimization, _Mapping]] = ...) -> None: ...
+
+class GraphOptimization(_message.Message):
+    __slots__ = ("optimizer", "model_type", "fused_ops", "onnxruntime_version")
+    class FusedOpsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    FUSED_OPS_FIELD_NUMBER: _ClassVar[int]
+    ONNXRUNTIME_VERSION_FIELD_NUMBER: _ClassVar[int]
+    optimizer: str
+    model_type: str
+    fused_ops: _containers.ScalarMap[str, int]
+    onnxruntime_version: str
+    def __init__(self, optimizer: _Optional[str] = ..., model_type: _Optional[str] = ..., fused_ops: _Optional[_Mapping[str, int]] = ..., onnxruntime_version: _Optional[str] = ...) -> None: ...
 
 class NgramStorage(_message.Message):
     __slots__ = ("layout", "ngram_counts", "bytes", "bytes_per_ngram", "max_prob_error", "max_backoff_error", "max_token_error")
