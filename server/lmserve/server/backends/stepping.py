@@ -33,7 +33,8 @@ natural logs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -57,6 +58,18 @@ IndexArray = npt.NDArray[np.int64]
 # fits (a stepper whose methods take `RecurrentState` does not implement a protocol whose
 # methods take `object`).
 State = Any
+
+
+@dataclass(frozen=True)
+class HistoryKey:
+    """What a model's next-token distribution depends on, so that histories can be merged
+    exactly (lattice rescoring): at most the last `window` tokens, and of those only the ones
+    `key(recent)` keeps (for a back-off n-gram, KenLM's minimised state: the longest suffix the
+    model holds an entry for; any longer history gives the same distributions). A model whose
+    state is its whole history (recurrent, transformer) has none."""
+
+    window: int
+    key: Callable[[tuple[int, ...]], tuple[int, ...]]
 
 
 class Stepper(Protocol):

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from lmserve.server.backends.base import LanguageModelBackend
-from lmserve.server.backends.stepping import ContextStepper, Stepper
+from lmserve.server.backends.stepping import ContextStepper, HistoryKey, Stepper
 from lmserve.server.errors import ManifestError, ModelLoadError
 from lmserve.server.families.family import ModelFamily
 from lmserve.server.families.interpolated import InterpolatedFamily
@@ -99,6 +99,13 @@ def make_stepper(backend: LanguageModelBackend) -> Stepper:
     if family is None:
         return ContextStepper(backend)
     return family.stepper(backend, make_stepper)
+
+
+def history_key(backend: LanguageModelBackend) -> HistoryKey | None:
+    """What a loaded backend's distributions depend on, for merging lattice histories exactly
+    (its family's `history_key`); None where its state is its whole history."""
+    family = family_of_backend(backend)
+    return None if family is None else family.history_key(backend)
 
 
 def find_model_manifest(folder: Path) -> Path | None:

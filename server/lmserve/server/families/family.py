@@ -27,7 +27,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
 from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.positions import Positions
-from lmserve.server.backends.stepping import ContextStepper, Stepper
+from lmserve.server.backends.stepping import ContextStepper, HistoryKey, Stepper
 from lmserve.server.errors import ModelLoadError
 from lmserve.server.families.codecs import check_escaped_tokens, word_codec
 from lmserve.server.manifest import ModelManifest, TokenizerKind
@@ -182,6 +182,12 @@ class ModelFamily:
     def stepper(self, backend: LanguageModelBackend, stepper_of: StepperOf) -> Stepper:
         """One token at a time over the backend (generation, beams, sessions)."""
         return ContextStepper(backend)
+
+    def history_key(self, backend: LanguageModelBackend) -> HistoryKey | None:
+        """What the model's distributions depend on, for merging histories exactly in lattice
+        rescoring (`backends.stepping.HistoryKey`); None (the default): its whole history, so
+        histories are merged at the request's `max_history` tokens, an approximation."""
+        return None
 
     def positions(self, manifest: ModelManifest) -> Positions:
         """How long one sequence may grow (`backends.positions`); unbounded by default."""

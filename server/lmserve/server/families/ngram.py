@@ -8,7 +8,7 @@ from pathlib import Path
 from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
 from lmserve.server.backends.ngram.folder import load_model_folder_binary, ngram_vocabulary
 from lmserve.server.backends.ngram.model import NgramModel
-from lmserve.server.backends.stepping import ContextStepper, Stepper
+from lmserve.server.backends.stepping import ContextStepper, HistoryKey, Stepper
 from lmserve.server.families.codecs import subword_codec
 from lmserve.server.families.family import LoadContext, ModelFamily, StepperOf
 from lmserve.server.manifest import ModelFormat, ModelKind, ModelManifest, TokenizerKind
@@ -56,6 +56,20 @@ class NgramFamily(ModelFamily):
     def stepper(self, backend: LanguageModelBackend, stepper_of: StepperOf) -> Stepper:
         assert isinstance(backend, NgramModel)
         return ContextStepper(backend, max_context=backend.order - 1)
+
+    def history_key(self, backend: LanguageModelBackend) -> HistoryKey | None:
+        """KenLM's minimised state: of the last order-1 tokens, the longest suffix that is an
+        entry of the model (`NgramModel.context_slots` finds one entry per order ending at the
+        last token). A longer history gives the same distributions, since an n-gram the model
+        holds has every prefix in the model too."""
+        assert isinstance(backend, NgramModel)
+        window = backend.order - 1
+
+        def key(recent: tuple[int, ...]) -> tuple[int, ...]:
+            kept = len(backend.context_slots(recent[-window:], bos=False)) if window else 0
+            return recent[len(recent) - kept :] if kept else ()
+
+        return HistoryKey(window, key)
 
     def rerank_feeds_prefixes(self, neural: bool) -> bool:
         return False
