@@ -57,6 +57,18 @@ class RequestLimits(SettingsGroup):
     max_completions: int = Field(default=100, ge=1)
     # Complete: user words one session may hold.
     max_user_words: int = Field(default=10_000, ge=1)
+    # RescoreLattice: lattices per request, nodes and arcs per lattice, the (lattice node,
+    # history) states one lattice may expand to and the paths it may return (past any of
+    # them: RESOURCE_EXHAUSTED); the merge order of recurrent and transformer histories when a
+    # request sets no `max_history` (Kaldi's max_ngram_order), and, with a bias list, how many
+    # best paths by the unbiased score the bias re-ranks.
+    max_lattices: int = Field(default=1_000, ge=1)
+    max_lattice_nodes: int = Field(default=100_000, ge=1)
+    max_lattice_arcs: int = Field(default=1_000_000, ge=1)
+    max_lattice_states: int = Field(default=200_000, ge=1)
+    max_lattice_nbest: int = Field(default=1_000, ge=1)
+    lattice_max_history: int = Field(default=4, ge=1)
+    lattice_bias_candidates: int = Field(default=100, ge=1)
     # Input hardening. A text (texts, prompts, hypotheses, append_text) longer than this many
     # UTF-8 bytes is refused before it is tokenized.
     max_text_bytes: int = Field(default=1024 * 1024, ge=1)
