@@ -38,8 +38,8 @@ import numpy as np
 
 from lmserve.server.manifest import ModelManifest, Quantization
 
-QuantizeMethod = Literal["int8"]
-QUANTIZE_METHODS: tuple[QuantizeMethod, ...] = ("int8",)
+QuantizeMethod = Literal["int8", "float16"]
+QUANTIZE_METHODS: tuple[QuantizeMethod, ...] = ("int8", "float16")
 DEFAULT_MAX_TOKEN_ERROR = 0.1
 """The largest per-token log-prob difference (nats) an int8 folder may show against its float
 graphs on the held-out text, unless the command states another (`--max-quantization-error`)."""
@@ -80,7 +80,7 @@ class Quantize:
 
     def __post_init__(self) -> None:
         if self.method not in QUANTIZE_METHODS:
-            raise ValueError(f"--quantize {self.method!r}: only int8 is offered")
+            raise ValueError(f"--quantize {self.method!r}: int8 or float16")
         if not self.max_token_error > 0:
             raise ValueError(
                 f"the quantization error bound must be > 0, not {self.max_token_error}"
@@ -97,9 +97,10 @@ class Quantize:
                 raise ValueError("--held-out measures a quantization: give --quantize int8 too")
             return None
         if method not in QUANTIZE_METHODS:
-            raise ValueError(f"--quantize {method!r}: only int8 is offered")
+            raise ValueError(f"--quantize {method!r}: int8 or float16")
+        chosen: QuantizeMethod = "float16" if method == "float16" else "int8"
         if held_out is None:
-            return cls(max_token_error=max_error)
+            return cls(method=chosen, max_token_error=max_error)
         try:
             lines = held_out.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
@@ -107,7 +108,9 @@ class Quantize:
         texts = [line for line in lines if line.strip()]
         if not texts:
             raise ValueError(f"--held-out {held_out}: no text in it")
-        return cls(max_token_error=max_error, held_out=texts, held_out_name=held_out.name)
+        return cls(
+            method=chosen, max_token_error=max_error, held_out=texts, held_out_name=held_out.name
+        )
 
 
 def add_quantize_flags(parser: Any) -> None:
@@ -115,8 +118,9 @@ def add_quantize_flags(parser: Any) -> None:
     parser.add_argument(
         "--quantize",
         choices=list(QUANTIZE_METHODS),
-        help="store the graphs' MatMul (and LSTM) weights as int8 (ONNX Runtime's dynamic "
-        "quantization); the measured cost is recorded in the manifest",
+        help="int8: store the graphs' MatMul (and LSTM) weights as int8 (ONNX Runtime's dynamic "
+        "quantization, for CPUs); float16: every float in float16, a transformer's cache too "
+        "(for GPUs); the measured cost is recorded in the manifest",
     )
     parser.add_argument(
         "--max-quantization-error",
@@ -172,7 +176,10 @@ def quantize_folder(folder: Path, manifest: ModelManifest, request: Quantize) ->
     )
     before = _measure(folder, manifest, texts)
     float_bytes = _graph_bytes(folder, manifest)
-    ops, nodes = _quantize_graphs(folder, manifest, graphs)
+    if request.method == "float16":
+        ops, nodes = _float16_graphs(folder, manifest, graphs)
+    else:
+        ops, nodes = _quantize_graphs(folder, manifest, graphs)
     if not nodes:
         raise QuantizationError("no MatMul, Gemm or LSTM weights to quantize in these graphs")
     after = _measure(folder, _rechecked(folder, manifest), before.texts)
@@ -180,11 +187,14 @@ def quantize_folder(folder: Path, manifest: ModelManifest, request: Quantize) ->
     worst = float(diff.max()) if diff.size else 0.0
     if not worst <= request.max_token_error:  # NaN too
         raise QuantizationError(
-            f"int8 log-probs differ from the float model's by {worst:.3g} nats on a held-out "
+            f"{request.method} log-probs differ from the float model's by {worst:.3g} nats on a "
+            "held-out "
             f"token > the bound {request.max_token_error:g} (--max-quantization-error); "
             "nothing was written"
         )
     return Quantization(
+        method="float16" if request.method == "float16" else "dynamic-int8",
+        weights=request.method,
         ops=ops,
         nodes=nodes,
         max_token_error=worst,
@@ -304,8 +314,68 @@ def _quantize_graphs(
     for key, model in zip(keys, quantized, strict=True):
         path = folder / manifest.files[key].path
         path.write_bytes(model.SerializeToString())
-        onnx.checker.check_model(str(path), full_check=True)
+        # ONNX Runtime's SimplifiedLayerNormalization (an optimized Llama's RMSNorm,
+        # `hf.optimize`) is in ONNX's own domain but not ONNX's: the checker refuses it, and
+        # the measurement after this loads the graph in ONNX Runtime, the check that matters.
+        if all(onnx.defs.has(n.op_type, n.domain) for n in model.graph.node if not n.domain):
+            onnx.checker.check_model(str(path), full_check=True)
     return sorted(ops), nodes
+
+
+def _float16_graphs(
+    folder: Path, manifest: ModelManifest, keys: Sequence[str]
+) -> tuple[list[str], int]:
+    """Rewrites each graph in float16 (ONNX Runtime's converter). A transformer's inputs and
+    outputs become float16 too, so its key/value cache is half the bytes and stays float16
+    on the device; a recurrent graph keeps float32 inputs, outputs and states (the recurrent
+    backends feed float32 states). Returns the op types whose weights became float16 and
+    how many nodes read them."""
+    import onnx
+    from onnxruntime.transformers.float16 import (  # type: ignore[import-untyped,unused-ignore]
+        convert_float_to_float16,
+    )
+
+    if manifest.files.get("weights") is not None:
+        raise QuantizationError(
+            "float16 is offered for graphs that hold their own weights (a transformer folder); "
+            "this folder's graphs share weights.bin"
+        )
+    ops: set[str] = set()
+    nodes = 0
+    for key in keys:
+        path = folder / manifest.files[key].path
+        model = onnx.load_model(str(path))
+        float_weights = {
+            t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT
+        }
+        for node in model.graph.node:
+            if any(name in float_weights for name in node.input):
+                ops.add(node.op_type)
+                nodes += 1
+        try:
+            with _quiet_root_warnings():
+                converted = convert_float_to_float16(
+                    model, keep_io_types=manifest.kind != "transformer", disable_shape_infer=True
+                )
+        except Exception as exc:  # the converter's own errors on an unusual graph
+            raise QuantizationError(f"{path.name}: cannot be converted ({exc})") from exc
+        _import_node_domains(converted)
+        # No onnx.checker here: ONNX Runtime's fused ops (RMSNorm as SimplifiedLayerNormalization
+        # in the default domain) are not ONNX's, and the checker refuses them. The measurement
+        # after this loads the graph in ONNX Runtime, which is the check that matters.
+        path.write_bytes(converted.SerializeToString())
+    return sorted(ops), nodes
+
+
+def _import_node_domains(model: Any) -> None:
+    """Declares every operator domain the graph's nodes use (ONNX Runtime's fused ops are
+    com.microsoft's; the transformer optimizer leaves the import out and ONNX's checker
+    refuses a graph without it)."""
+    from onnx import helper
+
+    declared = {entry.domain for entry in model.opset_import}
+    for domain in sorted({node.domain for node in model.graph.node} - declared - {"ai.onnx"}):
+        model.opset_import.append(helper.make_opsetid(domain, 1))
 
 
 @contextmanager

@@ -135,16 +135,18 @@ class Quantization(_Strict):
     the relative change in perplexity. The export refuses a folder whose `max_token_error` is
     over `max_token_error_bound`."""
 
-    # Weights of `ops` stored as int8 (symmetric, per output channel); activations quantized
-    # to uint8 at every call (ONNX Runtime's dynamic quantization); inputs, outputs and states
-    # float32.
-    method: Literal["dynamic-int8"] = "dynamic-int8"
-    weights: Literal["int8"] = "int8"
+    # dynamic-int8: weights of `ops` stored as int8 (symmetric, per output channel),
+    # activations quantized to uint8 at every call (ONNX Runtime's dynamic quantization),
+    # inputs, outputs and states float32. float16: every float weight and activation in
+    # float16 (ONNX Runtime's float16 converter), a transformer's key/value cache included:
+    # the GPU's precision (a CPU computes the nodes it has no float16 kernel for in float32).
+    method: Literal["dynamic-int8", "float16"] = "dynamic-int8"
+    weights: Literal["int8", "float16"] = "int8"
     # The op types whose weights became 8-bit (MatMul, LSTM: int8; Gather, an embedding table:
     # uint8 with a zero point), and how many nodes.
     ops: list[str] = Field(default_factory=list)
     nodes: int = Field(default=0, ge=0)
-    # Largest |log p_int8 - log p_float| over the held-out tokens, and the bound it passed.
+    # Largest |log p_quantized - log p_float| over the held-out tokens, and the bound it passed.
     max_token_error: float = Field(ge=0)
     max_token_error_bound: float = Field(gt=0)
     # Perplexities on the held-out text (natural log, </s> counted) and int8 / float - 1.
@@ -157,6 +159,19 @@ class Quantization(_Strict):
     # The graph files' bytes before and after.
     float_bytes: int = Field(default=0, ge=0)
     bytes: int = Field(default=0, ge=0)
+
+
+class GraphOptimization(_Strict):
+    """What ONNX Runtime's transformer optimizer fused in a transformer's graph at import
+    (`lmserve import-hf`, `lmserve optimize`): the folder's parity was measured after it."""
+
+    optimizer: Literal["onnxruntime.transformers"] = "onnxruntime.transformers"
+    # The model type its fusions were chosen by (`optimize_model(model_type=...)`).
+    model_type: str
+    # Fused operator -> its nodes in the written graph (`get_fused_operator_statistics`), the
+    # ones the graph holds.
+    fused_ops: dict[str, int] = Field(default_factory=dict)
+    onnxruntime_version: str = ""
 
 
 class ModelManifest(_Strict):
@@ -178,6 +193,8 @@ class ModelManifest(_Strict):
     provenance: Provenance = Field(default_factory=Provenance)
     # Present when the graphs were quantized at export (`--quantize int8`).
     quantization: Quantization | None = None
+    # Present when ONNX Runtime's transformer optimizer rewrote the graph at import.
+    optimization: GraphOptimization | None = None
 
     def file_path(self, folder: Path, key: str) -> Path:
         """The file's path, checked to lie inside `folder` (`confined_path`)."""

@@ -54,6 +54,7 @@ def providers(use_gpu: bool = True) -> list[str]:
 # ONNX Runtime's element types of the state tensors, as numpy's.
 _ORT_DTYPES: dict[str, np.dtype[Any]] = {
     "tensor(float)": np.dtype(np.float32),
+    "tensor(float16)": np.dtype(np.float16),
     "tensor(int64)": np.dtype(np.int64),
 }
 
@@ -89,6 +90,11 @@ class DeviceState:
     @property
     def dtype(self) -> np.dtype[Any]:
         return _ORT_DTYPES[self.value.data_type()]
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes it holds on its device (what a cache's size is reckoned in)."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
 class OnnxBackend(RecurrentBackend):

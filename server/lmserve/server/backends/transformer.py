@@ -20,15 +20,15 @@ the rows' own suffixes are read in the batched pass.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
-from lmserve.server.backends.onnx import OnnxOptions, open_session
+from lmserve.server.backends.onnx import DeviceState, OnnxOptions, open_session
 from lmserve.server.backends.positions import Positions
 from lmserve.server.backends.segments import segment_sums
 from lmserve.server.errors import ModelLoadError, Unimplemented
@@ -47,23 +47,33 @@ MAX_PASS_LOGITS = 32 * 1024 * 1024
 MIN_SHARED_PREFIX = 4
 
 
+# The cache element types served, by ONNX Runtime's name: float16 is a `--quantize float16`
+# folder's (the GPU's precision).
+CACHE_DTYPES: dict[str, np.dtype[Any]] = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(float16)": np.dtype(np.float16),
+}
+
+
 @dataclass(frozen=True)
 class CacheShape:
     """The key/value cache of one decoder: per layer a key and a value of
-    [batch, kv_heads, positions, head_dim], float32."""
+    [batch, kv_heads, positions, head_dim], float32 (or the graph's float16)."""
 
     layers: int
     kv_heads: int
     head_dim: int
     max_positions: int
+    dtype: np.dtype[Any] = np.dtype(np.float32)
 
-    def bytes_per_position(self, itemsize: int = 4) -> int:
+    def bytes_per_position(self, itemsize: int | None = None) -> int:
         """Cache bytes one stream adds per token it has read (keys and values, every layer)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * itemsize
+        size = self.dtype.itemsize if itemsize is None else itemsize
+        return 2 * self.layers * self.kv_heads * self.head_dim * size
 
     def empty(self, batch: int) -> Past:
         """The cache of `batch` rows that have read nothing."""
-        zeros = np.zeros((batch, self.kv_heads, 0, self.head_dim), dtype=np.float32)
+        zeros = np.zeros((batch, self.kv_heads, 0, self.head_dim), dtype=self.dtype)
         return (zeros,) * (2 * self.layers)
 
     @classmethod
@@ -117,7 +127,11 @@ class TransformerBackend:
         inputs = {i.name for i in session.get_inputs()}
         self._feeds_positions = "position_ids" in inputs
         self._past_names = past_names(cache.layers)
-        self._outputs = ["logits", *present_names(cache.layers)]
+        self._present_names = present_names(cache.layers)
+        self._outputs = ["logits", *self._present_names]
+        # On the CUDA provider the cache stays in GPU memory between calls (I/O binding,
+        # `DeviceState`): only ids go in and logits come out per step.
+        self.binds_cache = session.get_providers()[0] == "CUDAExecutionProvider"
 
     @property
     def vocab(self) -> Vocabulary:
@@ -146,12 +160,14 @@ class TransformerBackend:
             {"logits": None, **{name: None for name in present_names(cache.layers)}},
         )
         for arg in session.get_inputs():
-            if arg.name in names and arg.type != "tensor(float)":
+            if arg.name in names and arg.type not in CACHE_DTYPES:
                 raise ModelLoadError(
                     str(folder / manifest.files["graph"].path),
-                    f"input {arg.name!r} is {arg.type}: only float32 caches are served "
-                    "(export the model in float32)",
+                    f"input {arg.name!r} is {arg.type}: float32 and float16 caches are served "
+                    "(export the model in float32; `--quantize float16` for the GPU)",
                 )
+            if arg.name in names:
+                cache = replace(cache, dtype=CACHE_DTYPES[arg.type])
         logits = next(o for o in session.get_outputs() if o.name == "logits")
         width = logits.shape[-1] if logits.shape else None
         if isinstance(width, int) and width < len(vocab):
@@ -164,13 +180,40 @@ class TransformerBackend:
     # -- the graph -----------------------------------------------------------------------
 
     def forward(self, ids: Ids, mask: Ids, positions: Ids, past: Past) -> tuple[Floats, Past]:
-        """One graph call: logits [B, T, V'] and the cache after the tokens."""
+        """One graph call: logits [B, T, V'] (float32) and the cache after the tokens."""
+        if self.binds_cache:
+            return self._forward_bound(ids, mask, positions, past)
         feed: dict[str, npt.NDArray[Any]] = {"input_ids": ids, "attention_mask": mask}
         if self._feeds_positions:
             feed["position_ids"] = positions
         feed.update(zip(self._past_names, past, strict=True))
         logits, *present = self.session.run(self._outputs, feed)
-        return logits, tuple(present)
+        return np.asarray(logits, dtype=np.float32), tuple(present)
+
+    def _forward_bound(
+        self, ids: Ids, mask: Ids, positions: Ids, past: Past
+    ) -> tuple[Floats, Past]:
+        """`forward` with I/O binding: a cache that is a `DeviceState` (the last call's
+        present) is bound where it lies, a numpy one is copied in; the new cache stays on the
+        device and only the logits come to the host."""
+        binding = self.session.io_binding()
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids))
+        binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask))
+        if self._feeds_positions:
+            binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
+        for name, array in zip(self._past_names, past, strict=True):
+            if isinstance(array, DeviceState):
+                binding.bind_ortvalue_input(name, array.value)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        binding.bind_output("logits", "cpu")
+        for name in self._present_names:
+            binding.bind_output(name, "cuda")
+        self.session.run_with_iobinding(binding)
+        logits, *present = binding.get_outputs()
+        # Duck-typed arrays: the steppers' numpy readers see them as numpy (`__array__`).
+        cache = tuple(cast(Floats, DeviceState(value)) for value in present)
+        return np.asarray(logits.numpy(), dtype=np.float32), cache
 
     # -- scoring -------------------------------------------------------------------------
 
