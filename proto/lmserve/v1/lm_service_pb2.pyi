@@ -793,7 +793,7 @@ class RescoreLatticeRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., lattices: _Optional[_Iterable[_Union[Lattice, _Mapping]]] = ..., words: _Optional[str] = ..., acoustic_scale: _Optional[float] = ..., lm_weight: _Optional[float] = ..., old_lm_weight: _Optional[float] = ..., word_insertion_penalty: _Optional[float] = ..., bias: _Optional[_Union[BiasList, _Mapping]] = ..., nbest: _Optional[int] = ..., max_history: _Optional[int] = ..., beam: _Optional[float] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., return_lattice: _Optional[bool] = ...) -> None: ...
 
 class LatticePath(_message.Message):
-    __slots__ = ("words", "text", "combined_score", "acoustic_score", "lm_log_prob", "old_lm_score", "word_count", "bias", "arcs")
+    __slots__ = ("words", "text", "combined_score", "acoustic_score", "lm_log_prob", "old_lm_score", "word_count", "bias", "arcs", "oov_count")
     WORDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     COMBINED_SCORE_FIELD_NUMBER: _ClassVar[int]
@@ -803,6 +803,7 @@ class LatticePath(_message.Message):
     WORD_COUNT_FIELD_NUMBER: _ClassVar[int]
     BIAS_FIELD_NUMBER: _ClassVar[int]
     ARCS_FIELD_NUMBER: _ClassVar[int]
+    OOV_COUNT_FIELD_NUMBER: _ClassVar[int]
     words: _containers.RepeatedScalarFieldContainer[str]
     text: str
     combined_score: float
@@ -812,7 +813,8 @@ class LatticePath(_message.Message):
     word_count: int
     bias: float
     arcs: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, words: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., combined_score: _Optional[float] = ..., acoustic_score: _Optional[float] = ..., lm_log_prob: _Optional[float] = ..., old_lm_score: _Optional[float] = ..., word_count: _Optional[int] = ..., bias: _Optional[float] = ..., arcs: _Optional[_Iterable[int]] = ...) -> None: ...
+    oov_count: int
+    def __init__(self, words: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., combined_score: _Optional[float] = ..., acoustic_score: _Optional[float] = ..., lm_log_prob: _Optional[float] = ..., old_lm_score: _Optional[float] = ..., word_count: _Optional[int] = ..., bias: _Optional[float] = ..., arcs: _Optional[_Iterable[int]] = ..., oov_count: _Optional[int] = ...) -> None: ...
 
 class RescoredLattice(_message.Message):
     __slots__ = ("id", "paths", "lattice", "nodes", "arcs", "expanded_nodes", "expanded_arcs", "exact")
