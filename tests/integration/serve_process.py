@@ -135,6 +135,22 @@ def process_exists(pid: int) -> bool:
         return False
 
 
+def engine_worker_pids(pid: int) -> list[int]:
+    """The engine workers of the server process `pid`: its descendants titled as workers (they
+    are children of its workers' fork server, not its own)."""
+    out, parents = [], [pid]
+    while parents:
+        children = child_pids(parents.pop())
+        parents += children
+        for child in children:
+            try:
+                if process_title(child).startswith("lmserve: engine "):
+                    out.append(child)
+            except OSError:  # gone meanwhile
+                continue
+    return sorted(out)
+
+
 def child_pids(pid: int) -> list[int]:
     """The processes whose parent is `pid` (Linux /proc)."""
     out = []

@@ -21,7 +21,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from metrics_scrape import scrape
 from neural_folders import VOCAB
-from serve_process import ServeProcess, child_pids, process_exists, process_title, wait_until
+from serve_process import (
+    ServeProcess,
+    engine_worker_pids,
+    process_exists,
+    process_title,
+    wait_until,
+)
 from served import ServerFactory
 
 from lmserve.server.backends.ngram.model import NgramModel
@@ -261,11 +267,7 @@ def test_a_worker_that_keeps_dying_marks_its_model_failed(
 
 def test_no_worker_outlives_a_killed_front(repository: Path) -> None:
     with ServeProcess(repository) as server:
-        workers = [
-            p
-            for p in child_pids(server.process.pid)
-            if process_title(p).startswith("lmserve: engine")
-        ]
+        workers = engine_worker_pids(server.process.pid)
         assert sorted(process_title(p) for p in workers) == [
             "lmserve: engine lstm",
             "lmserve: engine test",

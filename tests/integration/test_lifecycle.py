@@ -17,8 +17,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from serve_process import (
     ServeProcess,
-    child_pids,
     clean_env,
+    engine_worker_pids,
     process_exists,
     process_title,
     serve_command,
@@ -122,7 +122,7 @@ def test_sigterm_lets_running_generate_streams_finish(lstm_repository: Path) -> 
         for stream in streams:
             stream.start()
         started.wait(timeout=30)  # every stream has its first token
-        workers = child_pids(server.process.pid)
+        workers = engine_worker_pids(server.process.pid)
         assert [process_title(p) for p in workers] == ["lmserve: engine kjv-lstm"]
         server.process.send_signal(signal.SIGTERM)
         running_at_signal = 8 - len(finished)

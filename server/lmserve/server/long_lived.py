@@ -15,8 +15,12 @@ from __future__ import annotations
 import gc
 
 
-def freeze_long_lived() -> None:
-    """Collects, then hides every object alive now from later collections."""
-    gc.unfreeze()
+def freeze_long_lived(*, thaw: bool = True) -> None:
+    """Collects, then hides every object alive now from later collections. `thaw=False` leaves
+    what is frozen already out of that collection: an engine worker forked from the fork server
+    shares those objects' pages with it, and a collection over them would write to (and so
+    copy) every one of those pages."""
+    if thaw:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()

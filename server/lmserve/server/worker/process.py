@@ -1,6 +1,6 @@
 """The engine worker: one process per served model, running its `EngineCore`.
 
-    python -m lmserve.server.worker.process FD   # `front.workers.launch` starts it
+    main(FD)   # in a fork of `worker.forkserver` (`front.workers.launch` asks for one)
 
 FD is its end of a socketpair; the first frame on it is `protocol.Start` (its `WorkerSpec`).
 It loads its model (and a mixture's components) from the model folders, answers `Ready` (or
@@ -397,7 +397,8 @@ def run_worker(spec: WorkerSpec, sock: socket.socket) -> None:
             threading.Thread(
                 target=_accept_fronts, args=(listener, core, loop, stopped), daemon=True
             ).start()
-    freeze_long_lived()  # the model is loaded: full collections need not walk it
+    # The model is loaded: full collections need not walk it (nor what the fork server froze).
+    freeze_long_lived(thaw=False)
     first.sender.send(p.Ready(os.getpid(), address))
     loop.run_until_complete(stopped.wait())
     core.close()

@@ -1,12 +1,13 @@
 """Starting an engine worker process and waiting until it serves.
 
-    launched = launch(spec)              # python -m ...worker_process FD, spec sent on FD
+    launched = launch(spec)              # forked by the fork server, spec sent on its socket
     handshake(launched, timeout=120.0)   # READY, or WorkerStartError with the reason
 
-A worker is a fresh interpreter (0.4 s of imports before its model loads), never a fork of the
-front: it inherits none of the front's threads, sockets or gRPC state, and nothing of the
-program that embeds the server (multiprocessing's fork server would import that program's main
-module into every worker). Blocking throughout: call off the event loop.
+A worker is forked from the workers' fork server (`forking`, `worker.forkserver`): an
+interpreter that imported the worker's modules once, so each worker starts without 0.4 s of
+imports and shares those pages copy-on-write. Never a fork of the front: it inherits none of
+the front's threads, sockets or gRPC state, and nothing of the program that embeds the server.
+Blocking throughout: call off the event loop.
 """
 
 from __future__ import annotations
@@ -15,21 +16,30 @@ import contextlib
 import signal
 import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from lmserve.server.families.catalog import (
     find_model_manifest,
     model_components,
     read_model_manifest,
 )
+from lmserve.server.front.workers.forking import ForkServerError, fork_worker
 from lmserve.server.registry.repository import LoadOptions
 from lmserve.server.settings import Settings
 from lmserve.server.shared import protocol
 from lmserve.server.worker.process import WorkerSpec
 
-_WORKER_MODULE = "lmserve.server.worker.process"
+
+class Process(Protocol):
+    """A child process as supervision sees it: `subprocess.Popen`, or a `ForkedWorker`."""
+
+    @property
+    def pid(self) -> int: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -72,7 +82,7 @@ class Launched:
     """A started worker: its process, the front's end of its socket, and (once READY) where
     other fronts connect to it."""
 
-    process: subprocess.Popen[bytes]
+    process: Process
     sock: socket.socket
     address: str = ""
 
@@ -83,11 +93,10 @@ def launch(spec: WorkerSpec) -> Launched:
     for sock in (front, back):
         protocol.tune_socket(sock)
     try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", _WORKER_MODULE, str(back.fileno())],
-            pass_fds=[back.fileno()],
-            stdin=subprocess.DEVNULL,
-        )
+        process = fork_worker(back)
+    except ForkServerError as exc:
+        front.close()
+        raise WorkerStartError(str(exc)) from None
     finally:
         back.close()  # the worker has its own copy now
     front.sendall(protocol.encode(protocol.Start.of(spec)))
@@ -150,7 +159,7 @@ def _models_beside(folder: Path) -> dict[str, Path]:
     return siblings
 
 
-def wait_exit(process: subprocess.Popen[bytes], timeout: float) -> int | None:
+def wait_exit(process: Process, timeout: float) -> int | None:
     """The exit status within `timeout` s, else None (still running)."""
     try:
         return process.wait(timeout)
@@ -158,7 +167,7 @@ def wait_exit(process: subprocess.Popen[bytes], timeout: float) -> int | None:
         return None
 
 
-def exit_description(process: subprocess.Popen[bytes]) -> str:
+def exit_description(process: Process) -> str:
     code = process.poll()
     if code is None:
         return "stopped answering"

@@ -20,7 +20,6 @@ import asyncio
 import logging
 import os
 import pickle
-import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from lmserve.server.front.workers.connection import WorkerConnection
 from lmserve.server.front.workers.launch import (
     Launched,
     ModelLoadFailed,
+    Process,
     WorkerSettings,
     WorkerStartError,
     exit_description,
@@ -75,7 +75,7 @@ class WorkerEngine(EngineCalls):
         self.spec = spec
         self.name = spec.name
         self._pool = pool
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: Process | None = None
         self._connection: WorkerConnection | None = None
         self._deaths: deque[float] = deque()
         self._closing = False
