@@ -202,6 +202,18 @@ class TransformerInfo:
     kv_heads: int
     head_dim: int
     cache_bytes_per_position: int
+    optimization: GraphOptimization | None = None  # fused at import; None: served as exported
+
+
+@dataclass(frozen=True, slots=True)
+class GraphOptimization:
+    """What ONNX Runtime's transformer optimizer fused in the graph at import (`optimizer`
+    "onnxruntime.transformers", chosen by `model_type`): fused operator -> nodes in the graph."""
+
+    optimizer: str
+    model_type: str
+    fused_ops: Mapping[str, int]
+    onnxruntime_version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +322,14 @@ def _transformer(msg: pb.ModelInfo) -> TransformerInfo | None:
         t.kv_heads,
         t.head_dim,
         t.cache_bytes_per_position,
+        _optimization(t) if t.HasField("optimization") else None,
+    )
+
+
+def _optimization(t: pb.TransformerInfo) -> GraphOptimization:
+    o = t.optimization
+    return GraphOptimization(
+        o.optimizer, o.model_type, MappingProxyType(dict(o.fused_ops)), o.onnxruntime_version
     )
 
 

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "import-torchscript": "lmserve.export.custom.import_torchscript_command",
     "import-hf": "lmserve.export.hf.command",
     "quantize": "lmserve.export.quantize_command",
+    "optimize": "lmserve.export.hf.optimize_command",
 }
 
 

@@ -3,11 +3,12 @@
     lmserve import-hf ./my-gpt2 models/my-gpt2
 
 Reads config.json, the weights (model.safetensors or pytorch_model.bin) and tokenizer.json;
-nothing is downloaded. Writes model.onnx (past key values, optimum's layout), config.json,
-tokenizer.json and model.yaml, after checking the graph against transformers' own forward
-(within `lmserve.export.parity.PARITY_NATS`, 1e-4 nats a token). A folder
-`optimum-cli export onnx` wrote is served as it is: put it in the model repository, no import
-needed.
+nothing is downloaded. Writes model.onnx (past key values, optimum's layout) as ONNX Runtime's
+transformer optimizer rewrites it (fused layer norms and GELU; `--no-optimize` keeps the graph
+as exported), config.json, tokenizer.json and model.yaml, after checking the rewritten graph
+against transformers' own forward (within `lmserve.export.parity.PARITY_NATS`, 1e-4 nats a
+token). A folder `optimum-cli export onnx` wrote is served as it is: put it in the model
+repository, no import needed (`lmserve optimize` writes an optimized copy of one).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace MODEL_DIR if it is a model folder"
     )
+    parser.add_argument(
+        "--no-optimize",
+        dest="optimize",
+        action="store_false",
+        help="write the graph as exported, without ONNX Runtime's transformer fusions",
+    )
     add_quantize_flags(parser)
 
 
@@ -45,7 +52,12 @@ def run(args: argparse.Namespace) -> int:
         quantize = quantize_from_args(args)
         check_writable(out, overwrite=args.overwrite)  # before the checkpoint is read
         parity = export_checkpoint(
-            args.checkpoint_dir, out, name=args.name, overwrite=args.overwrite, quantize=quantize
+            args.checkpoint_dir,
+            out,
+            name=args.name,
+            overwrite=args.overwrite,
+            quantize=quantize,
+            optimize=args.optimize,
         )
     except (CheckpointError, ParityError, FileExistsError, QuantizationError) as exc:
         print(f"import-hf: {exc}", file=sys.stderr)
@@ -54,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"import-hf: {exc}", file=sys.stderr)
         return 1
     summary: dict[str, object] = {"model_dir": str(out), "parity": parity.__dict__}
-    quantization = read_manifest(out).quantization
+    written = read_manifest(out)
+    if written.optimization is not None:
+        summary["optimization"] = written.optimization.model_dump(mode="json")
+    quantization = written.quantization
     if quantization is not None:
         summary["quantization"] = quantization.model_dump(mode="json")
     print(json.dumps(summary))

@@ -7,6 +7,10 @@ The folder is written as every export writes one (`lmserve.export.served_folder`
 beside `out` and moved into place only after the graph passed its parity check against the
 model (`lmserve.export.parity.ParityError` otherwise), so a failed export never leaves a
 half-written model where a server would load it.
+
+By default the graph is rewritten by ONNX Runtime's transformer optimizer (`hf.optimize`: fused
+layer norms, GELU, ...) before that check, so the parity recorded is the optimized graph's, and
+the manifest's `optimization` says what was fused; `optimize=False` keeps the graph as exported.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from lmserve.export.hf.graph import export_with_past
+from lmserve.export.hf.optimize import optimize_graph
 from lmserve.export.hf.parity import Parity, check_parity
+from lmserve.export.parity import ParityError
 from lmserve.export.quantize import Quantize
 from lmserve.export.served_folder import Files, write_served_folder
 from lmserve.server.backends.transformer import CacheShape
@@ -31,6 +37,7 @@ from lmserve.server.families.hf_folder import (
 )
 from lmserve.server.manifest import (
     FileEntry,
+    GraphOptimization,
     ModelFormat,
     ModelKind,
     ModelManifest,
@@ -56,9 +63,12 @@ def write_transformer_folder(
     special_tokens: SpecialTokensSpec | None = None,
     overwrite: bool = False,
     quantize: Quantize | None = None,
+    optimize: bool = True,
 ) -> Parity:
     """Writes the folder for `model` (a transformers causal LM) into `out`
-    (`write_served_folder`: `overwrite` replaces a model folder there, nothing else).
+    (`write_served_folder`: `overwrite` replaces a model folder there, nothing else); with
+    `optimize`, the graph as ONNX Runtime's transformer optimizer rewrites it (see the module
+    doc), checked after the rewrite.
 
     Its tokens are either a Hugging Face `tokenizer_json` (served as it is) or, for a model
     trained here on words, `vocab_words` with the word `tokenizer` and `special_tokens`.
@@ -70,9 +80,12 @@ def write_transformer_folder(
     model = model.eval()
     config = model.config.to_dict()
     cache = CacheShape.from_config(config, "config.json")
+    optimized: list[GraphOptimization] = []  # what write() fused, for manifest()
 
     def write(staging: Path) -> Files:
         export_with_past(model, cache, staging / GRAPH)
+        fused = optimize_graph(staging / GRAPH, config) if optimize else None
+        optimized[:] = [fused] if fused is not None else []
         (staging / CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
         if tokenizer_json is not None:
             shutil.copyfile(tokenizer_json, staging / TOKENIZER)
@@ -83,20 +96,29 @@ def write_transformer_folder(
 
     def check(staging: Path) -> Parity:
         session = ort.InferenceSession(str(staging / GRAPH), providers=["CPUExecutionProvider"])
-        return check_parity(model, session, cache, sample_ids).require()
+        try:
+            return check_parity(model, session, cache, sample_ids).require()
+        except ParityError as exc:
+            if not optimized:
+                raise
+            raise ParityError(
+                f"{exc} (after ONNX Runtime's fusions; --no-optimize writes the graph as exported)"
+            ) from exc
 
     def manifest(staging: Path, files: Files, parity: Parity) -> ModelManifest:
         stamped = provenance.model_copy(update={"parity": parity.as_provenance()})
         if tokenizer_json is not None:
-            return pretrained_manifest(
+            described = pretrained_manifest(
                 staging, name=name, provenance=stamped, description=description
             )
+            return described.model_copy(update={"optimization": next(iter(optimized), None)})
         return ModelManifest(
             **_word_manifest_fields(staging, name, config),
             description=description,
             tokenizer=tokenizer or TokenizerSpec(),
             special_tokens=special_tokens or SpecialTokensSpec(),
             provenance=stamped,
+            optimization=next(iter(optimized), None),
         )
 
     written = write_served_folder(

@@ -44,10 +44,12 @@ def export_checkpoint(
     name: str | None = None,
     overwrite: bool = False,
     quantize: Quantize | None = None,
+    optimize: bool = True,
 ) -> Parity:
     """Import the checkpoint in `folder` as the model folder `out` (`overwrite` replaces a
-    model folder there; `quantize`: int8 graphs, `lmserve.export.quantize`); the parity the
-    float graph passed."""
+    model folder there; `quantize`: int8 graphs, `lmserve.export.quantize`; `optimize`: ONNX
+    Runtime's fusions first, `lmserve.export.hf.optimize`); the parity the float graph passed,
+    after its fusions."""
     from transformers import AutoModelForCausalLM
 
     checkpoint = read_checkpoint(folder)
@@ -67,4 +69,5 @@ def export_checkpoint(
         tokenizer_json=checkpoint.tokenizer_file,
         overwrite=overwrite,
         quantize=quantize,
+        optimize=optimize,
     )

@@ -84,3 +84,13 @@ class TransformerFamily(ModelFamily):
                 cache_bytes_per_position=int(arch.get("cache_bytes_per_position", 0)),
             )
         )
+        optimized = manifest.optimization
+        if optimized is not None:
+            info.transformer.optimization.CopyFrom(
+                pb.GraphOptimization(
+                    optimizer=optimized.optimizer,
+                    model_type=optimized.model_type,
+                    fused_ops=optimized.fused_ops,
+                    onnxruntime_version=optimized.onnxruntime_version,
+                )
+            )
