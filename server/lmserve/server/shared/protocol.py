@@ -34,6 +34,7 @@ import numpy.typing as npt
 from lmserve.server import errors
 from lmserve.server.backends.base import BatchScores, EncodedBatch
 from lmserve.server.decoding.beam import Hypothesis
+from lmserve.server.decoding.lattice.expand import LatticeParams, RescoredPaths, TokenLattice
 from lmserve.server.decoding.params import BeamParams, GenerateParams
 from lmserve.server.decoding.scoring import PreparedScoring, ScoreOptions
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
@@ -161,6 +162,15 @@ class BeamSearchCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
     deadline: float | None
 
 
+class RescoreLatticesCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """Lattices to rescore; the reply is `RescoreLatticesReply`, one result per lattice."""
+
+    rid: int
+    lattices: list[TokenLattice]
+    params: LatticeParams
+    deadline: float | None
+
+
 class CompleteCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
     rid: int
     edit: CompleteEdit
@@ -221,7 +231,13 @@ class Start(msgspec.Struct, tag=True, array_like=True, frozen=True):
 
 # The calls: each answered by one `Reply` with its `rid`.
 Call = (
-    ScoreCall | ScoreResponseCall | PrefixTotalsCall | BeamSearchCall | CompleteCall | MetricsCall
+    ScoreCall
+    | ScoreResponseCall
+    | PrefixTotalsCall
+    | BeamSearchCall
+    | RescoreLatticesCall
+    | CompleteCall
+    | MetricsCall
 )
 
 ToWorker = (
@@ -229,6 +245,7 @@ ToWorker = (
     | ScoreResponseCall
     | PrefixTotalsCall
     | BeamSearchCall
+    | RescoreLatticesCall
     | CompleteCall
     | MetricsCall
     | Cancel
@@ -283,6 +300,11 @@ class BeamSearchReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
     hypotheses: list[Hypothesis]
 
 
+class RescoreLatticesReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    rid: int
+    results: list[RescoredPaths]
+
+
 class CompleteReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
     rid: int
     answer: CompleteAnswer
@@ -335,6 +357,7 @@ ToFront = (
     | ScoreReply
     | PrefixTotalsReply
     | BeamSearchReply
+    | RescoreLatticesReply
     | CompleteReply
     | MetricsReply
     | ErrorReply
@@ -346,6 +369,7 @@ Reply = (
     | ScoreReply
     | PrefixTotalsReply
     | BeamSearchReply
+    | RescoreLatticesReply
     | CompleteReply
     | MetricsReply
     | ErrorReply

@@ -18,6 +18,7 @@ front, which needs only the model's codec.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -32,10 +33,16 @@ from lmserve.server.backends.stepping import Stepper
 from lmserve.server.decoding.beam import Hypothesis
 from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.detokenize import detokenizer_factory, token_texts
+from lmserve.server.decoding.lattice.expand import (
+    LatticeExpansion,
+    LatticeParams,
+    RescoredPaths,
+    TokenLattice,
+)
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.decoding.prefix_scoring import PrefixScoring, PrefixTrie
 from lmserve.server.decoding.scoring import PreparedScoring
-from lmserve.server.families.catalog import make_stepper
+from lmserve.server.families.catalog import history_key, make_stepper
 from lmserve.server.registry.repository import ModelEntry
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
 from lmserve.server.shared.stats import EngineStats
@@ -87,6 +94,8 @@ class EngineCore:
         codec = entry.scorer.codec
         self._detokenizer = detokenizer_factory(codec, self.backend.vocab)
         self.stepper: Stepper = make_stepper(self.backend)
+        # What its distributions depend on, for merging lattice histories exactly (n-gram).
+        self.history_key = history_key(self.backend)
         rules = entry.rules
         # Its family's positions and cache, within the model's budget (`context_window`).
         self.window = ContextWindow(
@@ -167,6 +176,23 @@ class EngineCore:
         )
         await self.scoring.run_steps(scoring.steps(), trie.nodes, deadline)
         return PrefixTotals(scoring.totals, scoring.computed)
+
+    async def rescore_lattices(
+        self,
+        lattices: Sequence[TokenLattice],
+        params: LatticeParams,
+        deadline: float | None = None,
+    ) -> list[RescoredPaths]:
+        """Each lattice expanded by model history and its best paths found
+        (`decoding.lattice.expand`): one batched step per work unit on the scoring queue's
+        thread, a work unit at most `scoring_unit_tokens` rows."""
+        params = dataclasses.replace(params, rows_per_step=self.limits.scoring.scoring_unit_tokens)
+        results: list[RescoredPaths] = []
+        for lattice in lattices:
+            expansion = LatticeExpansion(self.stepper, lattice, params, self.history_key)
+            await self.scoring.run_steps(expansion.steps(), len(lattice.src) + 1, deadline)
+            results.append(expansion.result)
+        return results
 
     # -- generation ----------------------------------------------------------------------------
 

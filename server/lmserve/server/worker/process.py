@@ -256,6 +256,9 @@ class _WorkerServer:
             case p.BeamSearchCall(_, prompt_ids, params, deadline):
                 found = await core.beam_search(prompt_ids, params, deadline)
                 return p.BeamSearchReply(rid, list(found))
+            case p.RescoreLatticesCall(_, lattices, params, deadline):
+                results = await core.rescore_lattices(lattices, params, deadline)
+                return p.RescoreLatticesReply(rid, results)
             case p.CompleteCall(_, edit):
                 return p.CompleteReply(rid, await core.complete(edit))
             case p.MetricsCall():

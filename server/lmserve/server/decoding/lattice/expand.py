@@ -47,7 +47,8 @@ class TokenLattice:
     """A lattice as the engine rescores it: arc i is `src[i] -> dst[i]`, its model tokens
     `tokens[token_offsets[i]:token_offsets[i + 1]]` (none: an epsilon or a sentence marker),
     `word_counts[i]` words (what the insertion penalty counts), its acoustic and old LM
-    log-likelihoods; final nodes with their final weights. `where` names it in errors."""
+    log-likelihoods; final nodes with their final weights. `where` names it in errors;
+    `oov_counts[i]` are the arc's tokens the model does not know."""
 
     nodes: int
     start: int
@@ -62,6 +63,8 @@ class TokenLattice:
     final_acoustic: list[float]
     final_old_lm: list[float]
     where: str = "lattice"
+    # Per arc, tokens the model does not know (scored as `<unk>`); empty: none.
+    oov_counts: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class FoundPath:
     lm: float
     old_lm: float
     words: int
+    oov: int = 0
 
 
 @dataclass(frozen=True)
@@ -483,6 +487,7 @@ def _best_paths(
                 lm=lm,
                 old_lm=sum(lat.old_lm[a] for a in taken) + lat.final_old_lm[i],
                 words=sum(lat.word_counts[a] for a in taken),
+                oov=sum(lat.oov_counts[a] for a in taken) if lat.oov_counts else 0,
             )
         )
     return found

@@ -64,7 +64,7 @@ class StreamBias:
 
     def bias(
         self,
-        request: pb.ScoreRequest | pb.RerankRequest,
+        request: pb.ScoreRequest | pb.RerankRequest | pb.RescoreLatticeRequest,
         served: ServedModel,
         limits: RequestLimits,
     ) -> PhraseBias | None:

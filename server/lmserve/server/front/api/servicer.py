@@ -23,6 +23,7 @@ from lmserve.server.front.api import convert, generation
 from lmserve.server.front.api.bias import StreamBias
 from lmserve.server.front.api.complete import complete_stream
 from lmserve.server.front.api.interceptors import note_model
+from lmserve.server.front.api.lattice import rescore_lattice
 from lmserve.server.front.api.model_use import same_model, use_model
 from lmserve.server.front.api.pipelining import pipelined
 from lmserve.server.front.api.rerank import rerank
@@ -214,6 +215,26 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         bias = StreamBias()  # a list sent once biases the stream's later messages too
         async for response in pipelined(
             request_iterator, lambda request: rerank(self._models, limits, request, deadline, bias)
+        ):
+            yield response
+
+    async def RescoreLattice(
+        self, request: pb.RescoreLatticeRequest, context: RpcContext
+    ) -> pb.RescoreLatticeResponse:
+        return await rescore_lattice(
+            self._models, self._limits.requests, request, _deadline(context)
+        )
+
+    async def RescoreLatticeStream(
+        self, request_iterator: AsyncIterator[pb.RescoreLatticeRequest], context: RpcContext
+    ) -> AsyncIterator[pb.RescoreLatticeResponse]:
+        """RescoreLattice per message, answered in order; a failure names the request's index."""
+        deadline = _deadline(context)
+        limits = self._limits.requests
+        bias = StreamBias()  # a list sent once biases the stream's later messages too
+        async for response in pipelined(
+            request_iterator,
+            lambda request: rescore_lattice(self._models, limits, request, deadline, bias),
         ):
             yield response
 

@@ -52,7 +52,11 @@ def validate_model_name(model: str) -> str:
 
 
 def validate_options(
-    request: pb.ScoreRequest | pb.PerplexityRequest | pb.CorpusPerplexityRequest | pb.RerankRequest,
+    request: pb.ScoreRequest
+    | pb.PerplexityRequest
+    | pb.CorpusPerplexityRequest
+    | pb.RerankRequest
+    | pb.RescoreLatticeRequest,
 ) -> ScoreOptions:
     """`options.bos` / `options.eos`, absent meaning true (KenLM's defaults)."""
     if not request.HasField("options"):

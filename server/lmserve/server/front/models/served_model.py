@@ -31,6 +31,7 @@ from lmserve.server.backends.base import BatchScores, LanguageModelBackend, Voca
 from lmserve.server.decoding.beam import Hypothesis
 from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.detokenize import Detokenizer, detokenizer_factory, token_texts
+from lmserve.server.decoding.lattice.expand import LatticeParams, RescoredPaths, TokenLattice
 from lmserve.server.decoding.params import BeamParams, GenerateParams
 from lmserve.server.decoding.scoring import (
     PreparedScoring,
@@ -87,6 +88,13 @@ class ModelEngine(Protocol):
     async def beam_search(
         self, prompt_ids: Sequence[int], params: BeamParams, deadline: float | None
     ) -> list[Hypothesis]: ...
+
+    async def rescore_lattices(
+        self,
+        lattices: Sequence[TokenLattice],
+        params: LatticeParams,
+        deadline: float | None = None,
+    ) -> list[RescoredPaths]: ...
 
     async def complete(self, edit: CompleteEdit) -> CompleteAnswer: ...
 
@@ -373,6 +381,16 @@ class ServedModel:
         """The n best continuations: stopped within a step when the caller leaves or the
         deadline passes."""
         return await self.engine.beam_search(prompt_ids, params, deadline)
+
+    async def rescore_lattices(
+        self,
+        lattices: Sequence[TokenLattice],
+        params: LatticeParams,
+        deadline: float | None = None,
+    ) -> list[RescoredPaths]:
+        """Lattices expanded by model history on the engine, their best paths found
+        (`front.models.lattices` tokenizes them and reads the result)."""
+        return await self.engine.rescore_lattices(lattices, params, deadline)
 
     # -- autocomplete --------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import numpy.typing as npt
 from lmserve.server.backends.base import BatchScores
 from lmserve.server.decoding.beam import Hypothesis
 from lmserve.server.decoding.bias import BiasMatch
+from lmserve.server.decoding.lattice.expand import LatticeParams, RescoredPaths, TokenLattice
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.front.workers.connection import WorkerConnection
@@ -85,6 +86,19 @@ class EngineCalls:
             lambda rid: p.BeamSearchCall(rid, ids, params, deadline), p.BeamSearchReply
         )
         return list(reply.hypotheses)
+
+    async def rescore_lattices(
+        self,
+        lattices: Sequence[TokenLattice],
+        params: LatticeParams,
+        deadline: float | None = None,
+    ) -> list[RescoredPaths]:
+        batch = list(lattices)
+        reply = await self._live().call(
+            lambda rid: p.RescoreLatticesCall(rid, batch, params, deadline),
+            p.RescoreLatticesReply,
+        )
+        return list(reply.results)
 
     async def complete(self, edit: CompleteEdit) -> CompleteAnswer:
         reply = await self._live().call(lambda rid: p.CompleteCall(rid, edit), p.CompleteReply)
