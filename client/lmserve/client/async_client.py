@@ -29,6 +29,7 @@ from lmserve.client._calls import (
 from lmserve.client._channel import ChannelPlan, Targets
 from lmserve.client.complete import AsyncCompletionSession
 from lmserve.client.errors import ModelNotFoundError, from_rpc_error
+from lmserve.client.fuse import AsyncFuseSession
 from lmserve.client.rerank_types import RerankedLists
 from lmserve.client.types import (
     BeamHypothesis,
@@ -317,6 +318,10 @@ class AsyncLmServeClient:
             user_words=user_words,
             cache_weight=cache_weight,
         )
+
+    def fuse(self, model: str, *, bos: bool = True) -> AsyncFuseSession:
+        """As `LmServeClient.fuse`: `async with client.fuse(model) as lm`."""
+        return AsyncFuseSession(self._stub.Fuse, model, bos=bos)
 
     async def health(
         self, model: str | None = None, *, timeout: float | None = None

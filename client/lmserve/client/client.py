@@ -32,6 +32,7 @@ from lmserve.client._channel import ChannelPlan, Targets
 from lmserve.client.async_client import AsyncLmServeClient
 from lmserve.client.complete import CompletionSession
 from lmserve.client.errors import LmServeClientError, ModelNotFoundError, from_rpc_error
+from lmserve.client.fuse import FuseSession
 from lmserve.client.rerank_types import RerankedLists
 from lmserve.client.types import (
     BeamHypothesis,
@@ -370,6 +371,13 @@ class LmServeClient:
             user_words=user_words,
             cache_weight=cache_weight,
         )
+
+    # -- shallow fusion -------------------------------------------------------------------------
+    def fuse(self, model: str, *, bos: bool = True) -> FuseSession:
+        """A beam search's language model on one Fuse stream: `step(extend=..., drop=...)`
+        per frame, each hypothesis an id whose model state the server keeps (`bos` False: the
+        root reads nothing, not `<s>`). Use it as a context manager (or `close()` it)."""
+        return FuseSession(self._stub.Fuse, model, bos=bos)
 
     # -- health ---------------------------------------------------------------------------------
     def health(self, model: str | None = None, *, timeout: float | None = None) -> HealthStatus:

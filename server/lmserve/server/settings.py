@@ -136,7 +136,27 @@ class SessionSettings(SettingsGroup):
     complete_cache_history_words: int = Field(default=5_000, ge=0)
 
 
-class Settings(RequestLimits, ScoringSettings, GenerationLimits, SessionSettings, BaseSettings):
+class FusionSettings(SettingsGroup):
+    """Shallow fusion's sessions (`Fuse`, `worker.fusion`): what one stream and one model may
+    hold. Each live hypothesis holds its model state and its next-token distribution
+    (vocabulary x 4 bytes)."""
+
+    # Live hypotheses one Fuse stream may hold, and one model across its streams.
+    fuse_max_hypotheses: int = Field(default=2_048, ge=1)
+    fuse_max_live_hypotheses: int = Field(default=16_384, ge=1)
+    # What one message may ask of each answer: candidate token ids and the top k.
+    fuse_max_candidates: int = Field(default=4_096, ge=0)
+    fuse_max_top_k: int = Field(default=1_000, ge=0)
+
+
+class Settings(
+    RequestLimits,
+    ScoringSettings,
+    GenerationLimits,
+    SessionSettings,
+    FusionSettings,
+    BaseSettings,
+):
     """Everything the server can be told. Built by `load_settings`, then passed down."""
 
     model_config = SettingsConfigDict(env_prefix="LMSERVE_", extra="forbid", frozen=True)

@@ -8,7 +8,7 @@ A frame is a 4-byte little-endian length and a MessagePack-encoded Struct; each 
 its type as a tag, so a receiver decodes into exactly the declared types and dispatches on the
 type (`match`), never on a method name. Arrays travel as `Array` (dtype, shape, bytes); the
 engine's plain dataclasses (`GenerateParams`, `BeamParams`, `CompleteEdit`, `CompleteAnswer`,
-beam `Hypothesis`) are declared types msgspec encodes as they are; errors cross as
+`FuseStep`, beam `Hypothesis`) are declared types msgspec encodes as they are; errors cross as
 `ErrorInfo` and are rebuilt as the same `lmserve.server.errors` class.
 
 Pickle remains in two places, both frames that are not on a request's path: the worker's start
@@ -38,6 +38,7 @@ from lmserve.server.decoding.lattice.expand import LatticeParams, RescoredPaths,
 from lmserve.server.decoding.params import BeamParams, GenerateParams
 from lmserve.server.decoding.scoring import PreparedScoring, ScoreOptions
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
+from lmserve.server.shared.fusion import FuseAnswer, FuseStep
 
 _HEADER = struct.Struct("<I")
 T = TypeVar("T")
@@ -176,6 +177,20 @@ class CompleteCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
     edit: CompleteEdit
 
 
+class FuseCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """One message of Fuse stream `session` (the front's id for it on this connection)."""
+
+    rid: int
+    session: int
+    step: FuseStep
+
+
+class FuseClose(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """Fuse stream `session` ended: release its hypotheses (no reply)."""
+
+    session: int
+
+
 class MetricsCall(msgspec.Struct, tag=True, array_like=True, frozen=True):
     rid: int
 
@@ -237,6 +252,7 @@ Call = (
     | BeamSearchCall
     | RescoreLatticesCall
     | CompleteCall
+    | FuseCall
     | MetricsCall
 )
 
@@ -247,6 +263,8 @@ ToWorker = (
     | BeamSearchCall
     | RescoreLatticesCall
     | CompleteCall
+    | FuseCall
+    | FuseClose
     | MetricsCall
     | Cancel
     | Generate
@@ -310,6 +328,43 @@ class CompleteReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
     answer: CompleteAnswer
 
 
+class FuseReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    """`shared.fusion.FuseAnswer`, its arrays as `Array`s."""
+
+    rid: int
+    ids: list[int]
+    token_log_probs: Array
+    candidate_log_probs: Array
+    top_ids: Array
+    top_log_probs: Array
+    end_log_probs: Array
+    live: int
+
+    @classmethod
+    def of(cls, rid: int, answer: FuseAnswer) -> FuseReply:
+        return cls(
+            rid,
+            answer.ids,
+            Array.of(answer.token_log_probs),
+            Array.of(answer.candidate_log_probs),
+            Array.of(answer.top_ids),
+            Array.of(answer.top_log_probs),
+            Array.of(answer.end_log_probs),
+            answer.live,
+        )
+
+    def answer(self) -> FuseAnswer:
+        return FuseAnswer(
+            self.ids,
+            self.token_log_probs.of_type(np.float64),
+            self.candidate_log_probs.of_type(np.float64),
+            self.top_ids.of_type(np.int64),
+            self.top_log_probs.of_type(np.float64),
+            self.end_log_probs.of_type(np.float64),
+            self.live,
+        )
+
+
 class MetricsReply(msgspec.Struct, tag=True, array_like=True, frozen=True):
     """The engine's statistics, pickled (see the module doc)."""
 
@@ -359,6 +414,7 @@ ToFront = (
     | BeamSearchReply
     | RescoreLatticesReply
     | CompleteReply
+    | FuseReply
     | MetricsReply
     | ErrorReply
     | Events
@@ -371,6 +427,7 @@ Reply = (
     | BeamSearchReply
     | RescoreLatticesReply
     | CompleteReply
+    | FuseReply
     | MetricsReply
     | ErrorReply
 )

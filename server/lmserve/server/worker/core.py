@@ -6,6 +6,7 @@
     stream = core.generate(GenerationRequest(prompt_ids, params, deadline))
     hypotheses = await core.beam_search(prompt_ids, params, deadline)
     answer = await core.complete(CompleteEdit(session_id, append=[17], partial="th", k=3))
+    answer = await core.fuse(stream_key, FuseStep(opens=True, query=[0], top_k=5))
 
 It owns what computes: the scoring queue (bounded, fair units on a thread), the generation
 scheduler and the beam searches (both started on first use) and the autocomplete sessions;
@@ -22,7 +23,7 @@ import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,9 +46,11 @@ from lmserve.server.decoding.scoring import PreparedScoring
 from lmserve.server.families.catalog import history_key, make_stepper
 from lmserve.server.registry.repository import ModelEntry
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
+from lmserve.server.shared.fusion import FuseAnswer, FuseStep
 from lmserve.server.shared.stats import EngineStats
 from lmserve.server.worker.autocomplete.completer import Completer
 from lmserve.server.worker.foreground import Foreground
+from lmserve.server.worker.fusion.sessions import Fuser
 from lmserve.server.worker.generation.beam_runner import BeamRunner
 from lmserve.server.worker.generation.context_window import ContextWindow
 from lmserve.server.worker.generation.delivery import Poster
@@ -126,6 +129,9 @@ class EngineCore:
             lowercase=bool(manifest and manifest.tokenizer.lowercase),
             max_context_tokens=rules.positions.text_tokens(limits.requests.max_tokens_per_text),
             foreground=self.foreground,
+        )
+        self.fuser = Fuser(
+            self.name, self.stepper, limits.fusion, rules.positions, foreground=self.foreground
         )
 
     # -- scoring -------------------------------------------------------------------------------
@@ -241,12 +247,24 @@ class EngineCore:
         """One Complete message's edits applied to its session, and the next words."""
         return await self.completer.apply(edit)
 
+    # -- shallow fusion ------------------------------------------------------------------------
+
+    async def fuse(self, session: Hashable, step: FuseStep) -> FuseAnswer:
+        """One Fuse message applied to its stream's hypotheses (`worker.fusion`), its model
+        work batched with every other stream's."""
+        return await self.fuser.apply(session, step)
+
+    def fuse_close(self, session: Hashable) -> None:
+        """A Fuse stream ended: its hypotheses' states are released."""
+        self.fuser.close_session(session)
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stops the model's threads; never waits behind model work."""
         self.scoring.close()
         self.completer.close()
+        self.fuser.close()
         self.beams.close()
         with self._lock:
             scheduler, self._scheduler = self._scheduler, None
@@ -257,5 +275,5 @@ class EngineCore:
         """After `close`: waits (at most `timeout` s) for the work in flight (one pass, one
         step) to end, so no model code runs while the process exits."""
         deadline = time.monotonic() + timeout
-        for part in (self.scoring, self.completer, self.beams):
+        for part in (self.scoring, self.completer, self.beams, self.fuser):
             part.join(max(0.0, deadline - time.monotonic()))

@@ -4,8 +4,8 @@
     limits.requests.max_text_bytes, limits.scoring.scoring_unit_tokens, limits.generation.max_n
 
 `Settings` owns every limit and its default (its groups `RequestLimits`, `ScoringSettings`,
-`GenerationLimits`, `SessionSettings`); this holds the groups' values alone, which is what an
-engine worker is sent (`WorkerSpec`), never the whole settings. The API layer validates
+`GenerationLimits`, `SessionSettings`, `FusionSettings`); this holds the groups' values alone,
+which is what an engine worker is sent (`WorkerSpec`), never the whole settings. The API layer validates
 requests against `requests` (and `generation` for decoding knobs); the engine sizes its work by
 `scoring`, `generation` and `sessions`.
 """
@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lmserve.server.settings import GenerationLimits, RequestLimits, SessionSettings, Settings
+from lmserve.server.settings import (
+    FusionSettings,
+    GenerationLimits,
+    RequestLimits,
+    SessionSettings,
+    Settings,
+)
 from lmserve.server.worker.autocomplete.sessions import SessionLimits
 from lmserve.server.worker.scoring.queue import ScoringLimits
 
@@ -32,6 +38,7 @@ class EngineLimits:
     scoring: ScoringLimits = field(default_factory=ScoringLimits)
     generation: GenerationLimits = field(default_factory=GenerationLimits)
     sessions: SessionLimits = field(default_factory=_default_sessions)
+    fusion: FusionSettings = field(default_factory=FusionSettings)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EngineLimits:
@@ -40,4 +47,5 @@ class EngineLimits:
             scoring=ScoringLimits.of(settings),
             generation=GenerationLimits.of(settings),
             sessions=SessionLimits.of(settings),
+            fusion=FusionSettings.of(settings),
         )

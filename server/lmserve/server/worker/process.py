@@ -25,6 +25,7 @@ drains through its workers and then stops them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import pickle
@@ -58,6 +59,8 @@ from lmserve.server.worker.limits import EngineLimits
 from lmserve.server.worker.replies.generate import rendered
 
 log = logging.getLogger(__name__)
+# Numbers the fronts' connections: Fuse streams are keyed by connection and the front's id.
+_SERVERS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,9 @@ class _WorkerServer:
         self.streams: dict[int, _WireStream] = {}
         self.stopped = stopped
         self.words = core.token_texts
+        # This front's open Fuse streams: its id for each -> the rid of its call in flight.
+        self.fusions: dict[int, int | None] = {}
+        self._serial = next(_SERVERS)
 
     def close(self) -> None:
         """This front went away (another front's connection closed): its work stops."""
@@ -199,6 +205,21 @@ class _WorkerServer:
         streams, self.streams = self.streams, {}
         for stream in streams.values():
             stream.cancel()
+        for session in list(self.fusions):
+            self._close_fusion(session)
+
+    def _fusion_key(self, session: int) -> tuple[int, int]:
+        """The engine's key of this front's stream `session` (each front numbers its own)."""
+        return (self._serial, session)
+
+    def _close_fusion(self, session: int) -> None:
+        """A Fuse stream ended: its call in flight (even one not started) is cancelled, so it
+        never reopens the session, and its states are released."""
+        rid = self.fusions.pop(session, None)
+        call = None if rid is None else self.calls.get(rid)
+        if call is not None:
+            call.cancel()
+        self.core.fuse_close(self._fusion_key(session))
 
     def dispatch(self, message: p.ToWorker) -> None:
         match message:
@@ -216,12 +237,16 @@ class _WorkerServer:
                 call = self.calls.get(rid)
                 if call is not None:
                     call.cancel()
+            case p.FuseClose(session):
+                self._close_fusion(session)
             case p.Stop():
                 self.stopped.set()
             case p.Start():  # only ever a connection's first frame (`main`)
                 raise RuntimeError("a Start frame after the worker started")
             case _:
                 rid = message.rid
+                if isinstance(message, p.FuseCall):
+                    self.fusions[message.session] = rid
                 self.calls[rid] = self.loop.create_task(self._call(rid, message))
 
     async def _call(self, rid: int, message: p.Call) -> None:
@@ -261,6 +286,9 @@ class _WorkerServer:
                 return p.RescoreLatticesReply(rid, results)
             case p.CompleteCall(_, edit):
                 return p.CompleteReply(rid, await core.complete(edit))
+            case p.FuseCall(_, session, step):
+                answer = await core.fuse(self._fusion_key(session), step)
+                return p.FuseReply.of(rid, answer)
             case p.MetricsCall():
                 return p.MetricsReply(rid, pickle.dumps(core.stats.snapshot(), protocol=5))
         raise RuntimeError(f"no engine call {type(message).__name__}")

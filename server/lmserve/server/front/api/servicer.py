@@ -22,6 +22,7 @@ from lmserve.server.errors import (
 from lmserve.server.front.api import convert, generation
 from lmserve.server.front.api.bias import StreamBias
 from lmserve.server.front.api.complete import complete_stream
+from lmserve.server.front.api.fuse import fuse_stream
 from lmserve.server.front.api.interceptors import note_model
 from lmserve.server.front.api.lattice import rescore_lattice
 from lmserve.server.front.api.model_use import same_model, use_model
@@ -244,6 +245,12 @@ class LanguageModelServicer(lm_service_pb2_grpc.LanguageModelServiceServicer):
         async for response in complete_stream(
             self._models, self._limits.requests, request_iterator
         ):
+            yield response
+
+    async def Fuse(
+        self, request_iterator: AsyncIterator[pb.FuseRequest], context: RpcContext
+    ) -> AsyncIterator[pb.FuseResponse]:
+        async for response in fuse_stream(self._models, self._limits.fusion, request_iterator):
             yield response
 
     # -- helpers ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from lmserve.server.errors import Unimplemented
 from lmserve.server.metrics import Metrics
 from lmserve.server.registry.repository import ModelEntry
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
+from lmserve.server.shared.fusion import FuseAnswer, FuseStep
 from lmserve.server.text.codec import TextCodec
 from lmserve.server.worker.core import PrefixTotals
 from lmserve.server.worker.generation.sequence import GenerationRequest, GenerationStream
@@ -97,6 +98,10 @@ class ModelEngine(Protocol):
     ) -> list[RescoredPaths]: ...
 
     async def complete(self, edit: CompleteEdit) -> CompleteAnswer: ...
+
+    async def fuse(self, session: int, step: FuseStep) -> FuseAnswer: ...
+
+    def fuse_close(self, session: int) -> None: ...
 
     def close(self) -> None: ...
 
@@ -397,6 +402,16 @@ class ServedModel:
     async def complete(self, edit: CompleteEdit) -> CompleteAnswer:
         """One Complete message's edits applied to the engine's session, and the answer."""
         return await self.engine.complete(edit)
+
+    # -- shallow fusion ------------------------------------------------------------------------
+
+    async def fuse(self, session: int, step: FuseStep) -> FuseAnswer:
+        """One Fuse message applied to the engine's table of stream `session`."""
+        return await self.engine.fuse(session, step)
+
+    def fuse_close(self, session: int) -> None:
+        """Fuse stream `session` ended: the engine releases its hypotheses (never raises)."""
+        self.engine.fuse_close(session)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ and Generate's messages come back as wire bytes, built by the worker.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -19,9 +20,11 @@ from lmserve.server.decoding.bias import BiasMatch
 from lmserve.server.decoding.lattice.expand import LatticeParams, RescoredPaths, TokenLattice
 from lmserve.server.decoding.params import BeamParams
 from lmserve.server.decoding.scoring import PreparedScoring
+from lmserve.server.errors import ModelUnavailable
 from lmserve.server.front.workers.connection import WorkerConnection
 from lmserve.server.shared import protocol as p
 from lmserve.server.shared.edits import CompleteAnswer, CompleteEdit
+from lmserve.server.shared.fusion import FuseAnswer, FuseStep
 from lmserve.server.worker.core import PrefixTotals
 from lmserve.server.worker.generation.sequence import GenerationRequest, GenerationStream
 
@@ -103,6 +106,15 @@ class EngineCalls:
     async def complete(self, edit: CompleteEdit) -> CompleteAnswer:
         reply = await self._live().call(lambda rid: p.CompleteCall(rid, edit), p.CompleteReply)
         return reply.answer
+
+    async def fuse(self, session: int, step: FuseStep) -> FuseAnswer:
+        reply = await self._live().call(lambda rid: p.FuseCall(rid, session, step), p.FuseReply)
+        return reply.answer()
+
+    def fuse_close(self, session: int) -> None:
+        # Moot when the worker is gone (its states went with it): never raises.
+        with contextlib.suppress(ModelUnavailable):
+            self._live().notify(p.FuseClose(session))
 
 
 def _of_type(array: p.Array | None, dtype: type[G]) -> npt.NDArray[G] | None:

@@ -1,0 +1,244 @@
+"""Stepping every Fuse stream of one model together: one stepper call per round.
+
+    steps = FusionSteps("kjv-lstm", stepper)
+    done = await steps.run(job)        # job.children / job.root filled, job.answer built
+
+An external beam search (an ASR decoder) sends a message per frame and waits for its answer,
+so what a message costs is its round's latency. One worker thread per model takes every
+waiting message of every stream (up to `max_rows` extensions a call) and steps them in one
+batch: the opening messages' roots in one `Stepper.prefill` (per `bos`), then every extension
+in one `Stepper.step` over the parents' states, merged once per distinct parent and fanned out
+with `select` (a parent with several children is one row of the merge, not several copies:
+the stepper's own gather, which shares what its state allows). Each answer's arrays are built
+on the same thread, so the event loop only moves ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from lmserve.server.backends.stepping import State, Stepper
+from lmserve.server.errors import ModelUnavailable
+from lmserve.server.logging_setup import log_failure
+from lmserve.server.shared.fusion import FuseAnswer
+from lmserve.server.worker.foreground import Foreground
+from lmserve.server.worker.fusion.answers import top_k
+from lmserve.server.worker.handoff import settle
+
+log = logging.getLogger(__name__)
+
+# A reference to the root this very message creates (in `FusionJob.parents` / `answered`).
+ROOT = -1
+
+
+@dataclass(eq=False, slots=True)
+class Hypothesis:
+    """A live hypothesis: its model state (a batch of one), its next-token distribution
+    (float32 natural logs, the stepper's row), log P(its token | parent) and its tokens after
+    the start (positions it reads = depth + 1 with `<s>`)."""
+
+    state: State
+    log_probs: npt.NDArray[np.floating]
+    token_log_prob: float
+    depth: int
+
+
+@dataclass(eq=False)
+class FusionJob:
+    """One message's model work. `parents[i]` is a live `Hypothesis` or `ROOT`; `answered`
+    lists what the answer gives, in order: an int >= 0 is the i-th child, `ROOT` the new root,
+    a `Hypothesis` an existing one."""
+
+    bos: bool
+    opens: bool
+    parents: list[Hypothesis | int]
+    tokens: list[int]
+    answered: list[Hypothesis | int]
+    candidates: list[int]
+    top_k: int
+    end: bool
+    eos_id: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[FusionJob]
+    root: Hypothesis | None = None
+    children: list[Hypothesis] = field(default_factory=list)
+    answer: FuseAnswer | None = None
+
+
+class FusionSteps:
+    """One model's fusion work, batched on a worker thread (see the module doc)."""
+
+    def __init__(
+        self,
+        model: str,
+        stepper: Stepper,
+        *,
+        max_rows: int = 256,
+        foreground: Foreground | None = None,
+    ) -> None:
+        self.model = model
+        self.stepper = stepper
+        self.max_rows = max_rows
+        # Generation steps of the same model wait while a decoder's frame is stepped.
+        self._foreground = foreground or Foreground()
+        self.calls = 0  # stepper calls made (tests, benchmarks)
+        self.rows = 0  # extensions stepped
+        self._waiting: deque[FusionJob] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    async def run(self, job: FusionJob) -> FusionJob:
+        """Steps `job` with whatever else waits; returns it filled in."""
+        with self._cond:
+            if self._closed:
+                raise ModelUnavailable(f"model {self.model!r} is shutting down")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"lmserve-fusion-{self.model}", daemon=True
+                )
+                self._thread.start()
+            self._waiting.append(job)
+            self._cond.notify()
+        return await job.future
+
+    def close(self) -> None:
+        """Stops the thread after the round in flight; never blocks."""
+        with self._cond:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting), deque()
+            self._cond.notify()
+        for job in waiting:
+            settle(job.loop, job.future, ModelUnavailable(f"model {self.model!r} is shutting down"))
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._waiting:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                jobs = [self._waiting.popleft()]
+                rows = len(jobs[0].tokens)
+                # Whole messages only: a message's answer is one round's.
+                while self._waiting and rows + len(self._waiting[0].tokens) <= self.max_rows:
+                    rows += len(self._waiting[0].tokens)
+                    jobs.append(self._waiting.popleft())
+            try:
+                with self._foreground.busy():
+                    self._round(jobs)
+            except Exception as exc:  # a model failure fails this round's messages only
+                log_failure(log, f"fusion step of {self.model}", exc)
+                for job in jobs:
+                    settle(job.loop, job.future, exc)
+                continue
+            for job in jobs:
+                settle(job.loop, job.future, job)
+
+    def _round(self, jobs: list[FusionJob]) -> None:
+        opening = [j for j in jobs if j.opens]
+        if opening:
+            self._open_roots(opening)
+        extending = [j for j in jobs if j.tokens]
+        if extending:  # (a stepper may not take an empty batch)
+            self._extend(extending)
+        for job in jobs:
+            job.answer = _answer(job)
+
+    def _open_roots(self, jobs: list[FusionJob]) -> None:
+        """The roots: `<s>` read (or nothing, without bos), one prefill per `bos` value."""
+        for bos in (True, False):
+            group = [j for j in jobs if j.bos is bos]
+            if not group:
+                continue
+            log_probs, state = self.stepper.prefill([[] for _ in group], bos=bos)
+            self.calls += 1
+            states = self.stepper.split(state)
+            for k, job in enumerate(group):
+                job.root = Hypothesis(states[k], np.array(log_probs[k]), 0.0, 0)
+
+    def _extend(self, jobs: list[FusionJob]) -> None:
+        """Every extension of the round in one step: each distinct parent merged once, then
+        fanned out to its children's rows by `select`."""
+        parents: list[Hypothesis] = []
+        tokens: list[int] = []
+        for job in jobs:
+            for parent in job.parents:
+                if isinstance(parent, int):
+                    assert job.root is not None
+                    parent = job.root
+                parents.append(parent)
+            tokens.extend(job.tokens)
+        stepper = self.stepper
+        distinct: dict[int, int] = {}
+        unique: list[Hypothesis] = []
+        rows = []
+        for parent in parents:
+            slot = distinct.get(id(parent))
+            if slot is None:
+                slot = distinct[id(parent)] = len(unique)
+                unique.append(parent)
+            rows.append(slot)
+        merged = unique[0].state if len(unique) == 1 else stepper.merge([h.state for h in unique])
+        if len(unique) != len(parents):  # some parent has several children
+            merged = stepper.select(merged, np.asarray(rows, dtype=np.int64))
+        log_probs, state = stepper.step(np.asarray(tokens, dtype=np.int64), merged)
+        self.calls += 1
+        self.rows += len(tokens)
+        states = [state] if len(tokens) == 1 else stepper.split(state)
+        k = 0
+        for job in jobs:
+            for _ in job.tokens:
+                parent, token = parents[k], tokens[k]
+                child = Hypothesis(
+                    states[k],
+                    np.array(log_probs[k]),  # a copy: the batch's array is not kept
+                    float(parent.log_probs[token]),
+                    parent.depth + 1,
+                )
+                job.children.append(child)
+                k += 1
+
+
+def _answer(job: FusionJob) -> FuseAnswer:
+    """The message's answer, one row per answered hypothesis (see `FusionJob`)."""
+    answered: list[Hypothesis] = []
+    for ref in job.answered:
+        if isinstance(ref, Hypothesis):
+            answered.append(ref)
+        elif ref == ROOT:
+            assert job.root is not None
+            answered.append(job.root)
+        else:
+            answered.append(job.children[ref])
+    n = len(answered)
+    token_lps = np.array([h.token_log_prob for h in answered], dtype=np.float64)
+    if n:
+        rows = np.stack([h.log_probs for h in answered])
+    else:
+        rows = np.empty((0, 0), dtype=np.float32)
+    candidates = np.asarray(job.candidates, dtype=np.int64)
+    cand = (
+        rows[:, candidates].astype(np.float64)
+        if n and len(candidates)
+        else np.empty((n, len(candidates)))
+    )
+    if job.top_k and n:
+        top_ids, top_lps = top_k(rows, job.top_k)
+    else:
+        top_ids, top_lps = np.empty((n, 0), dtype=np.int64), np.empty((n, 0))
+    ends = (
+        rows[:, job.eos_id].astype(np.float64) if job.end and n and job.eos_id >= 0 else np.zeros(n)
+    )
+    return FuseAnswer([], token_lps, cand, top_ids, top_lps, ends, 0)
