@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from http_calls import stream_call
 from served import ServerFactory
 
 from lmserve.client import LmServeClient
@@ -54,6 +55,7 @@ def server(
         fuse_max_hypotheses=STREAM_LIMIT,
         fuse_max_live_hypotheses=MODEL_LIMIT,
         fuse_max_candidates=60_000,
+        http_port=0,
     )
 
 
@@ -110,8 +112,11 @@ def _best(children: list[Hyp]) -> list[Hyp]:
     return sorted(children, key=lambda h: (-h.score, h.tokens))[:BEAM]
 
 
+TokenLps = dict[tuple[int, ...], float]
+
+
 def search_fused(stub: lm_service_pb2_grpc.LanguageModelServiceStub, model: str,
-                 frames: list[dict[int, float]]) -> tuple[list[Hyp], dict[tuple[int, ...], float]]:  # fmt: skip
+                 frames: list[dict[int, float]]) -> tuple[list[Hyp], TokenLps]:  # fmt: skip
     """The search with its LM scores from `Fuse`: each frame extends every beam hypothesis by
     every candidate and drops the last frame's children (the old beam and the pruned). Also
     returns each hypothesis's token log-prob as Fuse gave it."""
@@ -122,7 +127,7 @@ def search_fused(stub: lm_service_pb2_grpc.LanguageModelServiceStub, model: str,
         beam = [Hyp((), 0.0, 0.0, 0)]
         previous: list[int] = [0]
         next_id = 1
-        token_lps: dict[tuple[int, ...], float] = {}
+        token_lps: TokenLps = {}
         for t, frame in enumerate(frames):
             children, extend = [], []
             for h in beam:
@@ -130,9 +135,7 @@ def search_fused(stub: lm_service_pb2_grpc.LanguageModelServiceStub, model: str,
                     children.append(Hyp((*h.tokens, token), h.score + am, h.lm, next_id))
                     extend.append(pb.FuseExtension(id=next_id, parent=h.id, token_id=token))
                     next_id += 1
-            answer = stream.ask(
-                pb.FuseRequest(extend=extend, drop=previous, sequence=t + 1)
-            )
+            answer = stream.ask(pb.FuseRequest(extend=extend, drop=previous, sequence=t + 1))
             assert answer.sequence == t + 1 and answer.model == model
             assert [h.id for h in answer.hypotheses] == [c.id for c in children]
             for child, fused in zip(children, answer.hypotheses, strict=True):
@@ -296,15 +299,13 @@ def test_a_bad_message_ends_its_stream_with_invalid_argument(
 ) -> None:
     error = _fails(stub, messages)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert error.details().startswith(message)
-    assert "\n" not in error.details()
+    assert str(error.details()).startswith(message)
+    assert "\n" not in str(error.details())
     _still_serves(stub)
 
 
 def _still_serves(stub: lm_service_pb2_grpc.LanguageModelServiceStub) -> None:
-    answers = list(
-        stub.Fuse(iter([pb.FuseRequest(model="lstm", extend=[_ext(1, 0, text="the")])]))
-    )
+    answers = list(stub.Fuse(iter([pb.FuseRequest(model="lstm", extend=[_ext(1, 0, text="the")])])))
     assert answers[0].hypotheses[0].token_log_prob < 0
 
 
@@ -320,7 +321,7 @@ def test_too_many_hypotheses_is_resource_exhausted_per_stream_and_per_model(
     many = [_ext(i, 0) for i in range(1, STREAM_LIMIT + 1)]  # + the root: one too many
     error = _fails(stub, [pb.FuseRequest(model="lstm", extend=many)])
     assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "fuse_max_hypotheses" in error.details()
+    assert "fuse_max_hypotheses" in str(error.details())
     # Across streams: one holds 60, the next may not add 45 (the model's bound is 100).
     holder = Stream(stub)
     try:
@@ -329,7 +330,7 @@ def test_too_many_hypotheses_is_resource_exhausted_per_stream_and_per_model(
             stub, [pb.FuseRequest(model="lstm", extend=[_ext(i, 0) for i in range(1, 45)])]
         )
         assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "fuse_max_live_hypotheses" in error.details()
+        assert "fuse_max_live_hypotheses" in str(error.details())
         _still_serves(stub)
     finally:
         holder.close()
@@ -355,7 +356,9 @@ def test_client_session_sync_and_async(server: BackgroundServer) -> None:
         kids = lm.step([(1, 0, "the"), (2, 0, 4)], drop=[0])
         assert kids[0].token_log_prob == pytest.approx(root.candidate_log_probs[0], abs=1e-6)
         assert kids[1].token_log_prob == pytest.approx(root.candidate_log_probs[1], abs=1e-6)
-        assert [t.log_prob for t in root.top] == sorted((t.log_prob for t in root.top), reverse=True)
+        assert [t.log_prob for t in root.top] == sorted(
+            (t.log_prob for t in root.top), reverse=True
+        )
         assert root.end_log_prob is not None and lm.live == 2
         with pytest.raises(InvalidArgumentError, match=r"extend\[0\].parent: 0 is not a live"):
             lm.step([(3, 0, "the")])
@@ -370,3 +373,25 @@ def test_client_session_sync_and_async(server: BackgroundServer) -> None:
 
     assert asyncio.run(run()) == pytest.approx(kids[0].token_log_prob, abs=1e-6)
     assert math.isfinite(kids[0].token_log_prob)
+
+
+def test_fuse_over_connect_json(server: BackgroundServer) -> None:
+    """The HTTP front serves Fuse as a Connect stream (here half-duplex: every message sent,
+    then every answer read), the same answers as gRPC's."""
+    assert server.http_port
+    messages = [
+        {"model": "lstm", "query": ["0"], "candidateIds": [3], "sequence": "1"},
+        {"extend": [{"id": "1", "parent": "0", "token": "the"}], "drop": ["0"], "sequence": "2"},
+        {"extend": [{"id": "2", "parent": "9", "tokenId": 3}]},
+    ]
+    status, answers, end = stream_call(server.http_port, "Fuse", messages)
+    assert status == 200 and len(answers) == 2
+    root, kid = answers[0]["hypotheses"][0], answers[1]["hypotheses"][0]
+    assert kid["id"] == "1" and answers[1]["live"] == 1
+    the = kid["tokenLogProb"]
+    with LmServeClient(server.address) as client, client.fuse("lstm") as lm:
+        (fused,) = lm.step([(1, 0, "the")])
+    assert the == pytest.approx(fused.token_log_prob, abs=1e-9)
+    assert root["candidateLogProbs"][0] < 0
+    assert end["error"]["code"] == "invalid_argument"
+    assert end["error"]["message"].startswith("extend[0].parent: 9 is not a live hypothesis")
