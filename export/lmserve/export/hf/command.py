@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="write the graph as exported, without ONNX Runtime's transformer fusions",
     )
+    parser.add_argument(
+        "--optimum-layout",
+        dest="shared_cache",
+        action="store_false",
+        help="write optimum's graph layout (its cache copied at every token) instead of the "
+        "shared-buffer graph GPT-2 and Llama get by default",
+    )
     add_quantize_flags(parser)
 
 
@@ -58,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             quantize=quantize,
             optimize=args.optimize,
+            shared_cache=args.shared_cache,
         )
     except (CheckpointError, ParityError, FileExistsError, QuantizationError) as exc:
         print(f"import-hf: {exc}", file=sys.stderr)

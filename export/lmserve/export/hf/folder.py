@@ -11,6 +11,11 @@ half-written model where a server would load it.
 By default the graph is rewritten by ONNX Runtime's transformer optimizer (`hf.optimize`: fused
 layer norms, GELU, ...) before that check, so the parity recorded is the optimized graph's, and
 the manifest's `optimization` says what was fused; `optimize=False` keeps the graph as exported.
+
+GPT-2 and Llama checkpoints (`fused_graph.supports_fused`) get the shared-buffer graph instead
+(`shared_cache`, the default): written from the weights on ONNX Runtime's fused ops, its cache
+appended in place (`architecture.kv_cache: shared_buffer` in the manifest), checked the way
+the server reads it (`fused_parity`). `shared_cache=False` keeps optimum's layout.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lmserve.export.hf.fused_graph import fused_decoder, supports_fused
+from lmserve.export.hf.fused_parity import check_fused_parity
 from lmserve.export.hf.graph import export_with_past
 from lmserve.export.hf.optimize import optimize_graph
 from lmserve.export.hf.parity import Parity, check_parity
 from lmserve.export.parity import ParityError
 from lmserve.export.quantize import Quantize
 from lmserve.export.served_folder import Files, write_served_folder
+from lmserve.server.backends.fused_transformer import SHARED_BUFFER
 from lmserve.server.backends.transformer import CacheShape
 from lmserve.server.families.hf_folder import (
     CONFIG,
@@ -64,6 +72,7 @@ def write_transformer_folder(
     overwrite: bool = False,
     quantize: Quantize | None = None,
     optimize: bool = True,
+    shared_cache: bool = True,
 ) -> Parity:
     """Writes the folder for `model` (a transformers causal LM) into `out`
     (`write_served_folder`: `overwrite` replaces a model folder there, nothing else); with
@@ -81,10 +90,16 @@ def write_transformer_folder(
     config = model.config.to_dict()
     cache = CacheShape.from_config(config, "config.json")
     optimized: list[GraphOptimization] = []  # what write() fused, for manifest()
+    shared = shared_cache and supports_fused(model) is None
 
     def write(staging: Path) -> Files:
-        export_with_past(model, cache, staging / GRAPH)
-        fused = optimize_graph(staging / GRAPH, config) if optimize else None
+        if shared:
+            import onnx
+
+            onnx.save_model(fused_decoder(model), str(staging / GRAPH))
+        else:
+            export_with_past(model, cache, staging / GRAPH)
+        fused = optimize_graph(staging / GRAPH, config) if optimize and not shared else None
         optimized[:] = [fused] if fused is not None else []
         (staging / CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
         if tokenizer_json is not None:
@@ -95,6 +110,8 @@ def write_transformer_folder(
         return {"graph": GRAPH, "config": CONFIG, "vocab": VOCAB}
 
     def check(staging: Path) -> Parity:
+        if shared:
+            return check_fused_parity(model, staging / GRAPH, cache, sample_ids).require()
         session = ort.InferenceSession(str(staging / GRAPH), providers=["CPUExecutionProvider"])
         try:
             return check_parity(model, session, cache, sample_ids).require()
@@ -105,15 +122,25 @@ def write_transformer_folder(
                 f"{exc} (after ONNX Runtime's fusions; --no-optimize writes the graph as exported)"
             ) from exc
 
+    def marked(arch: dict[str, Any]) -> dict[str, Any]:
+        return {**arch, "kv_cache": SHARED_BUFFER} if shared else arch
+
     def manifest(staging: Path, files: Files, parity: Parity) -> ModelManifest:
         stamped = provenance.model_copy(update={"parity": parity.as_provenance()})
         if tokenizer_json is not None:
             described = pretrained_manifest(
                 staging, name=name, provenance=stamped, description=description
             )
-            return described.model_copy(update={"optimization": next(iter(optimized), None)})
+            return described.model_copy(
+                update={
+                    "optimization": next(iter(optimized), None),
+                    "architecture": marked(described.architecture),
+                }
+            )
+        fields = _word_manifest_fields(staging, name, config)
+        fields["architecture"] = marked(fields["architecture"])
         return ModelManifest(
-            **_word_manifest_fields(staging, name, config),
+            **fields,
             description=description,
             tokenizer=tokenizer or TokenizerSpec(),
             special_tokens=special_tokens or SpecialTokensSpec(),

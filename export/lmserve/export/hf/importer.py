@@ -45,11 +45,13 @@ def export_checkpoint(
     overwrite: bool = False,
     quantize: Quantize | None = None,
     optimize: bool = True,
+    shared_cache: bool = True,
 ) -> Parity:
     """Import the checkpoint in `folder` as the model folder `out` (`overwrite` replaces a
     model folder there; `quantize`: int8 graphs, `lmserve.export.quantize`; `optimize`: ONNX
     Runtime's fusions first, `lmserve.export.hf.optimize`); the parity the float graph passed,
-    after its fusions."""
+    after its fusions. `shared_cache`: GPT-2 and Llama as the shared-buffer graph
+    (`lmserve.export.hf.fused_graph`), optimum's layout when False."""
     from transformers import AutoModelForCausalLM
 
     checkpoint = read_checkpoint(folder)
@@ -70,4 +72,5 @@ def export_checkpoint(
         overwrite=overwrite,
         quantize=quantize,
         optimize=optimize,
+        shared_cache=shared_cache,
     )

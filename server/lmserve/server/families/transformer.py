@@ -1,14 +1,18 @@
 """The transformer family: decoder-only transformers with a key/value cache, one ONNX graph in
-optimum's layout (`lmserve import-hf`, or a folder optimum wrote, read without a manifest:
-`hf_folder`), over a checkpoint's own tokenizer or a word vocabulary."""
+optimum's layout (a folder optimum wrote, read without a manifest: `hf_folder`, or
+`lmserve import-hf --optimum-layout`) or the shared-buffer graph `lmserve import-hf` writes
+for GPT-2 and Llama (manifest `architecture.kv_cache: shared_buffer`: its cache appended in
+place, `SharedKvStepper`), over a checkpoint's own tokenizer or a word vocabulary."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from lmserve.server.backends.base import LanguageModelBackend, Vocabulary
+from lmserve.server.backends.fused_transformer import SHARED_BUFFER, FusedTransformerBackend
 from lmserve.server.backends.kv_stepping import KvStepper
 from lmserve.server.backends.positions import Positions
+from lmserve.server.backends.shared_kv_stepping import SharedKvStepper
 from lmserve.server.backends.stepping import Stepper
 from lmserve.server.backends.transformer import TransformerBackend
 from lmserve.server.families.codecs import pretrained_codec, vocab_file
@@ -42,6 +46,8 @@ class TransformerFamily(ModelFamily):
         self, folder: Path, manifest: ModelManifest, context: LoadContext
     ) -> LanguageModelBackend:
         vocab = self.vocabulary(folder, manifest, context)
+        if manifest.architecture.get("kv_cache") == SHARED_BUFFER:
+            return FusedTransformerBackend.load(folder, manifest, context.onnx, vocab)
         return TransformerBackend.load(folder, manifest, context.onnx, vocab)
 
     def vocabulary(self, folder: Path, manifest: ModelManifest, context: LoadContext) -> Vocabulary:
@@ -56,6 +62,8 @@ class TransformerFamily(ModelFamily):
         return None
 
     def stepper(self, backend: LanguageModelBackend, stepper_of: StepperOf) -> Stepper:
+        if isinstance(backend, FusedTransformerBackend):
+            return SharedKvStepper(backend)
         assert isinstance(backend, TransformerBackend)
         return KvStepper(backend)
 
