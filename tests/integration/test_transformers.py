@@ -1,7 +1,8 @@
 """Transformer decoders with a key/value cache, served in every RPC by a real server on a real
 port: a tiny GPT-2 imported with `lmserve import-hf`, a tiny Llama (RoPE, RMSNorm, grouped-query
 attention) imported through the library, and the folders `optimum-cli export onnx`
-wrote for two such checkpoints (`tests/data/optimum`), served as they are. Every figure is
+wrote for two such checkpoints (`tests/data/optimum`), served as they are, and the Llama one
+after `lmserve optimize` (ONNX Runtime's fused RMSNorm and rotary embedding). Every figure is
 compared with transformers' own PyTorch forward of the same checkpoint."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tokenizers import Tokenizer
 
 from lmserve.client import GeneratedToken, GenerationFinished, LmServeClient
 from lmserve.client.errors import InvalidArgumentError, ResourceExhaustedError
+from lmserve.server.cli import main
 from lmserve.server.decoding.reference_sampling import draw_cumulative
 from lmserve.server.decoding.sampling import request_generators
 from lmserve.server.front.process.app import BackgroundServer
@@ -42,6 +44,7 @@ MODELS = {
     "tiny-llama": "llama",
     "optimum-gpt2": "optimum/gpt2",
     "optimum-llama": "optimum/llama",
+    "optimum-llama-fused": "optimum/llama",
 }
 OPTIMUM = Path(__file__).resolve().parents[1] / "data" / "optimum"
 CACHE_BUDGET = 100_000  # bytes: two full-length GPT-2 samples fit, four do not
@@ -76,6 +79,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory, hf_folders: dict[str, P
         (repo / f"tiny-{build}").symlink_to(hf_folders[build], target_is_directory=True)
     for build in ("gpt2", "llama"):  # what optimum-cli wrote, no model.yaml
         shutil.copytree(OPTIMUM / build, repo / f"optimum-{build}")
+    # optimum's Llama through ONNX Runtime's optimizer (`lmserve optimize`).
+    assert main(["optimize", str(OPTIMUM / "llama"), str(repo / "optimum-llama-fused")]) == 0
     return repo
 
 
@@ -415,6 +420,18 @@ def test_get_model_reports_the_transformer_and_where_it_came_from(
     for name in ("optimum-gpt2", "optimum-llama"):
         assert infos[name].provenance.source.startswith("optimum ONNX export")
         assert not infos[name].provenance.parity  # nothing was checked on the way in
+        assert not infos[name].transformer.HasField("optimization")  # served as optimum wrote
+    # What `lmserve optimize` fused (ONNX Runtime's optimizer), counted in the graph served,
+    # and its parity against the graph optimum wrote.
+    fused = infos["optimum-llama-fused"]
+    assert fused.transformer.optimization.optimizer == "onnxruntime.transformers"
+    assert dict(fused.transformer.optimization.fused_ops) == {
+        "SkipSimplifiedLayerNormalization": 4,
+        "SimplifiedLayerNormalization": 1,
+        "RotaryEmbedding": 4,
+    }
+    assert fused.provenance.parity
+    assert all(0 <= v <= 1e-4 for v in fused.provenance.parity.values())
 
 
 def test_the_client_types_carry_the_transformer(client: LmServeClient) -> None:
@@ -426,6 +443,9 @@ def test_the_client_types_carry_the_transformer(client: LmServeClient) -> None:
         POSITIONS,
     )
     assert client.get_model("tiny-gpt2").transformer.kv_heads == 4  # type: ignore[union-attr]
+    fused = client.get_model("optimum-llama-fused").transformer
+    assert fused is not None and fused.optimization is not None
+    assert fused.optimization.fused_ops["RotaryEmbedding"] == 4
 
 
 def test_the_openai_route_scores_and_generates_with_a_transformer(
