@@ -62,7 +62,12 @@ def build(work: Path, layers: int, width: int, heads: int) -> tuple[Path, dict[s
     from lmserve.server.manifest import read_manifest
 
     checkpoint = gpt2_checkpoint(
-        work / "checkpoint", layers=layers, width=width, heads=heads, positions=1024
+        work / "checkpoint",
+        layers=layers,
+        width=width,
+        heads=heads,
+        positions=1024,
+        corpus=KJV_TEST.with_name("train.txt"),  # the shipped corpus: no ../shared needed
     )
     started = time.monotonic()
     assert lmserve(["import-hf", str(checkpoint), str(work / "float32")]) == 0
