@@ -119,6 +119,38 @@ def test_stepping_through_the_float16_cache_equals_one_pass(repository: Path, ar
     assert np.abs(np.asarray(stepped) - one_pass).max() < 5e-3
 
 
+@pytest.mark.parametrize("name", ["gpt2-float16", "llama-float16"])
+def test_the_cache_bound_between_calls_gives_the_same_log_probs(
+    repository: Path, name: str
+) -> None:
+    """The I/O-binding path the CUDA provider takes (the cache left where ONNX Runtime wrote
+    it, bound as the next call's past), forced on the CPU: the same log-probs as plain runs,
+    through prefill, steps, a reorder of rows and a Score pass."""
+    from lmserve.server.backends.onnx import DeviceState, OnnxOptions
+
+    folder = repository / name
+    plain = _loaded(folder)
+    bound_parts = load_model(
+        folder, read_manifest(folder), LoadContext(onnx=OnnxOptions(device_states="on"))
+    )
+    bound = bound_parts.backend
+    assert bound is not None and bound.binds_cache and not plain.binds_cache  # type: ignore[attr-defined]
+    results = []
+    for backend in (plain, bound):
+        stepper = make_stepper(backend)
+        first, state = stepper.prefill([[5, 6, 7], [9]])
+        second, state = stepper.step(np.asarray([8, 10]), state)
+        state = stepper.select(state, [1, 0, 0])
+        third, state = stepper.step(np.asarray([11, 12, 13]), state)
+        if backend is bound:
+            assert all(isinstance(p, DeviceState) for p in state.past)
+        batch = EncodedBatch.of_ids([[5, 6, 7, 8], [9, 10]], backend.vocab.unk_id)
+        scores = backend.score(batch, per_token=True).token_log_probs
+        results.append((first, second, third, scores))
+    for ours, theirs in zip(*results, strict=True):
+        assert np.allclose(ours, theirs, atol=1e-6)
+
+
 def test_the_float16_folders_generate(client: LmServeClient) -> None:
     for arch in ARCHITECTURES:
         events = list(client.generate(f"{arch}-float16", "And God", max_new_tokens=4, seed=1))

@@ -120,7 +120,9 @@ def log_softmax(logits: Floats, size: int) -> Floats:
 class TransformerBackend:
     """A transformer LM served by ONNX Runtime; keeps no per-request state (natural logs)."""
 
-    def __init__(self, session: Any, cache: CacheShape, vocab: Vocabulary) -> None:
+    def __init__(
+        self, session: Any, cache: CacheShape, vocab: Vocabulary, device_states: str = "auto"
+    ) -> None:
         self.session = session
         self.cache = cache
         self._vocab = vocab
@@ -130,8 +132,14 @@ class TransformerBackend:
         self._present_names = present_names(cache.layers)
         self._outputs = ["logits", *self._present_names]
         # On the CUDA provider the cache stays in GPU memory between calls (I/O binding,
-        # `DeviceState`): only ids go in and logits come out per step.
-        self.binds_cache = session.get_providers()[0] == "CUDAExecutionProvider"
+        # `DeviceState`): only ids go in and logits come out per step. `device_states` "on"
+        # binds on the CPU too (the same path, testable without a GPU), "off" never.
+        provider = session.get_providers()[0]
+        if device_states not in ("auto", "on", "off"):
+            raise ValueError(f"device_states must be auto, on or off, not {device_states!r}")
+        on_cuda = provider == "CUDAExecutionProvider"
+        self.binds_cache = device_states == "on" or (device_states == "auto" and on_cuda)
+        self._cache_device = "cuda" if on_cuda else "cpu"
 
     @property
     def vocab(self) -> Vocabulary:
@@ -175,7 +183,7 @@ class TransformerBackend:
                 str(folder / manifest.files["graph"].path),
                 f"logits have {width} entries, the tokenizer has {len(vocab)} tokens",
             )
-        return cls(session, cache, vocab)
+        return cls(session, cache, vocab, options.device_states)
 
     # -- the graph -----------------------------------------------------------------------
 
@@ -208,7 +216,7 @@ class TransformerBackend:
                 binding.bind_cpu_input(name, np.ascontiguousarray(array))
         binding.bind_output("logits", "cpu")
         for name in self._present_names:
-            binding.bind_output(name, "cuda")
+            binding.bind_output(name, self._cache_device)
         self.session.run_with_iobinding(binding)
         logits, *present = binding.get_outputs()
         # Duck-typed arrays: the steppers' numpy readers see them as numpy (`__array__`).
