@@ -392,3 +392,38 @@ def test_bias_moves_the_path_that_holds_the_phrase(stub: Stub) -> None:
     assert after.paths[0].words == loser.words
     assert after.paths[0].bias == 50.0
     assert abs(after.paths[0].combined_score - (loser.combined_score + 50.0)) <= 1e-9
+
+
+def test_client_sync_async_and_cli(
+    lattice_server: BackgroundServer,
+    client: LmServeClient,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import asyncio
+
+    from lmserve.client import AsyncLmServeClient
+    from lmserve.client.cli import main
+    from lmserve.client.lattices import LatticeText
+
+    lattices = [random_lattice(random.Random(s), KJV_WORDS, nodes=6) for s in (31, 32)]
+    texts = [LatticeText(lat.kaldi(f"k{i}"), "kaldi") for i, lat in enumerate(lattices)]
+    result = client.rescore_lattice("kjv3", texts, nbest=2, acoustic_scale=0.5)
+    assert [lat.id for lat in result.lattices] == ["k0", "k1"]
+
+    async def call() -> list[str]:
+        async with AsyncLmServeClient(lattice_server.address, timeout=60) as aclient:
+            found = await aclient.rescore_lattice("kjv3", texts, nbest=2, acoustic_scale=0.5)
+        return [lat.paths[0].text for lat in found.lattices]
+
+    assert asyncio.run(call()) == [lat.paths[0].text for lat in result.lattices]
+
+    archive = tmp_path / "lats.txt"
+    archive.write_text("\n".join(lat.kaldi(f"k{i}") for i, lat in enumerate(lattices)))
+    target = ["--target", lattice_server.address, "--model", "kjv3", "--acoustic-scale", "0.5"]
+    assert main(["rescore-lattice", str(archive), *target]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"k{i}\t{lat.paths[0].text}" for i, lat in enumerate(result.lattices)]
+    assert main(["rescore-lattice", str(archive), *target, "--output", "lattice"]) == 0
+    rescored = capsys.readouterr().out
+    assert rescored.count("\n\n") == 2  # two lattices in one Kaldi archive

@@ -30,6 +30,7 @@ from lmserve.client._channel import ChannelPlan, Targets
 from lmserve.client.complete import AsyncCompletionSession
 from lmserve.client.errors import ModelNotFoundError, from_rpc_error
 from lmserve.client.fuse import AsyncFuseSession
+from lmserve.client.lattices import LatticeText, RescoredLattices, lattice_request
 from lmserve.client.rerank_types import RerankedLists
 from lmserve.client.types import (
     BeamHypothesis,
@@ -260,6 +261,42 @@ class AsyncLmServeClient:
         with rpc_errors():
             resp = await self._stub.Rerank(request, timeout=self._t(timeout))
         return RerankedLists.from_proto(resp)
+
+    async def rescore_lattice(
+        self,
+        model: str,
+        lattices: Sequence[LatticeText],
+        *,
+        words: str = "",
+        acoustic_scale: float = 1.0,
+        lm_weight: float = 1.0,
+        old_lm_weight: float = 0.0,
+        word_insertion_penalty: float = 0.0,
+        nbest: int = 1,
+        max_history: int | None = None,
+        beam: float | None = None,
+        return_lattice: bool = False,
+        bias: dict[str, float] | None = None,
+        timeout: float | None = None,
+    ) -> RescoredLattices:
+        """As `LmServeClient.rescore_lattice`."""
+        request = lattice_request(
+            model,
+            lattices,
+            words=words,
+            acoustic_scale=acoustic_scale,
+            lm_weight=lm_weight,
+            old_lm_weight=old_lm_weight,
+            word_insertion_penalty=word_insertion_penalty,
+            nbest=nbest,
+            max_history=max_history,
+            beam=beam,
+            return_lattice=return_lattice,
+            bias=bias,
+        )
+        with rpc_errors():
+            resp = await self._stub.RescoreLattice(request, timeout=self._t(timeout))
+        return RescoredLattices.from_proto(resp)
 
     async def rerank_stream(
         self,

@@ -16,4 +16,5 @@ COMMANDS: dict[str, str] = {
     "health": "lmserve.client.commands.health",
     "rerank": "lmserve.client.commands.rerank",
     "rerank-tune": "lmserve.client.commands.rerank_tune",
+    "rescore-lattice": "lmserve.client.commands.rescore_lattice",
 }
