@@ -365,3 +365,33 @@ def test_c_draw_of_a_batch_big_enough_to_release_the_gil() -> None:
     x = logits.astype(np.float64)
     expected = draw_cumulative(np.exp(x - x.max(axis=1, keepdims=True)), uniforms)
     assert (out == expected).mean() >= 0.99 and (out >= 100).all()
+
+
+@pytest.mark.parametrize("writable", [True, False], ids=["in-place", "copied"])
+def test_a_draw_leaves_the_log_probs_as_they_were_and_draws_the_same_tokens(
+    writable: bool,
+) -> None:
+    """The bans go into a writable float32 step output itself (no [B, V] copy) and are taken
+    back after the draw: the caller's array is unchanged, and the tokens and their log-probs
+    are those drawn from a read-only array (always copied) with the same generators."""
+    rng = np.random.default_rng(7)
+    raw = rng.standard_normal((16, 300)).astype(np.float32)
+    log_probs = raw - np.log(np.exp(raw).sum(axis=1, keepdims=True))
+    kept = log_probs.copy()
+    if not writable:
+        log_probs.flags.writeable = False
+    params = [SamplingParams(seed=3), SamplingParams(top_k=5, seed=4), SamplingParams(seed=5)]
+
+    def draw(source: np.ndarray) -> tuple[list[int], list[float]]:
+        rows = [
+            SequenceSampler(params[i % 3], g, prompt_ids=[0])
+            for i, g in enumerate(request_generators(9, 16))
+        ]
+        out = sample_next(source, rows, eos_id=EOS, bos_id=BOS)
+        return out.token_ids.tolist(), out.log_probs.tolist()
+
+    reference = kept.copy()
+    reference.flags.writeable = False
+    assert draw(log_probs) == draw(reference)
+    assert np.array_equal(log_probs, kept)
+    assert BOS not in draw(log_probs)[0]  # banned all the same

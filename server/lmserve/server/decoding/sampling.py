@@ -44,7 +44,7 @@ distribution (`log_probs` as given), as the proto documents.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -176,11 +176,26 @@ def process_logits(
     return _penalise_and_ban(log_probs, rows, eos_id=eos_id, bos_id=bos_id)[0]
 
 
+def _nothing() -> None:
+    pass
+
+
 def _penalise_and_ban(
-    log_probs: npt.ArrayLike, rows: Sequence[SequenceSampler], *, eos_id: int, bos_id: int
-) -> tuple[LogitArray, LogitArray, list[int]]:
+    log_probs: npt.ArrayLike,
+    rows: Sequence[SequenceSampler],
+    *,
+    eos_id: int,
+    bos_id: int,
+    in_place: bool = False,
+) -> tuple[LogitArray, LogitArray, list[int], Callable[[], None]]:
     """`process_logits`, each row's maximum (which its dead-row check computes anyway and the
-    draw needs: one pass over [B, V] fewer a step), and the rows no token can be drawn from.
+    draw needs: one pass over [B, V] fewer a step), the rows no token can be drawn from, and
+    what restores `log_probs` afterwards.
+
+    `in_place`: when no row is penalised and `log_probs` is a writable C-contiguous float32
+    array (a step's own output), the bans are written into it instead of into a copy (the copy
+    was a [B, V] pass a step for a few banned ids); the caller calls the returned function once
+    it has drawn, which puts the banned values back, before reading the log-probs again.
 
     A row is bad when the model gave it a NaN or +inf anywhere, or -inf everywhere (no token
     has any probability): drawing from it would pick an arbitrary token. The check costs no
@@ -188,7 +203,16 @@ def _penalise_and_ban(
     that the bans overwrote are read back from the banned positions alone.
     """
     source = np.asarray(log_probs)
-    logits: LogitArray = np.array(source, dtype=np.result_type(source.dtype, np.float32))
+    in_place = (
+        in_place
+        and source.dtype == np.float32
+        and source.flags.writeable
+        and source.flags.c_contiguous
+        and not any(row.params.penalised for row in rows)
+    )
+    logits: LogitArray = (
+        source if in_place else np.array(source, dtype=np.result_type(source.dtype, np.float32))
+    )
     banned_rows: list[int] = []
     banned_ids: list[int] = []
     for i, row in enumerate(rows):
@@ -200,6 +224,13 @@ def _penalise_and_ban(
     hidden = source[banned_rows, banned_ids]  # what the bans are about to overwrite
     logits[banned_rows, banned_ids] = -np.inf  # one scatter for the whole batch
     row_max: LogitArray = logits.max(axis=1) if len(rows) else np.zeros(0, logits.dtype)
+
+    def restore() -> None:
+        source[banned_rows, banned_ids] = hidden
+
+    if in_place and not np.isfinite(row_max).all():  # rare: the copy's way handles it
+        restore()
+        return _penalise_and_ban(source, rows, eos_id=eos_id, bos_id=bos_id)
     bad: set[int] = set()
     odd = np.isnan(hidden) | (hidden == np.inf)
     if odd.any():
@@ -214,7 +245,7 @@ def _penalise_and_ban(
         row_max[i] = logits[i].max()
         if not np.isfinite(row_max[i]):
             bad.add(i)
-    return logits, row_max, sorted(bad)
+    return logits, row_max, sorted(bad), restore if in_place else _nothing
 
 
 def _sample_rows(
@@ -270,14 +301,22 @@ def sample_next(
     source = np.asarray(log_probs)
     if source.ndim != 2 or source.shape[0] != len(rows):
         raise ValueError(f"log_probs {source.shape} for {len(rows)} rows")
-    logits, row_max, bad = _penalise_and_ban(source, rows, eos_id=eos_id, bos_id=bos_id)
-    if bad:  # draw the good rows alone; the bad ones get -1 and leave their samplers as they were
-        good = np.setdiff1d(np.arange(len(rows)), bad)
-        chosen = np.full(len(rows), -1, dtype=np.int64)
-        if len(good):
-            chosen[good] = _choose(logits[good], row_max[good], [rows[i] for i in good.tolist()])
-    else:
-        chosen = _choose(logits, row_max, rows)
+    logits, row_max, bad, restore = _penalise_and_ban(
+        source, rows, eos_id=eos_id, bos_id=bos_id, in_place=True
+    )
+    try:
+        if (
+            bad
+        ):  # draw the good rows alone; the bad ones get -1 and keep their samplers as they were
+            good = np.setdiff1d(np.arange(len(rows)), bad)
+            chosen = np.full(len(rows), -1, dtype=np.int64)
+            if len(good):
+                picked = [rows[i] for i in good.tolist()]
+                chosen[good] = _choose(logits[good], row_max[good], picked)
+        else:
+            chosen = _choose(logits, row_max, rows)
+    finally:
+        restore()  # the caller's log-probs as they were (read below for the chosen ones)
     for row, token in zip(rows, chosen.tolist(), strict=True):
         if token >= 0:
             row.append(token)
