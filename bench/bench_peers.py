@@ -22,7 +22,7 @@ Every run measures each figure for the three engines in turn (the order rotates 
   prompts (`include_prompt_in_result=False`, `min_length` = `max_length`); tokens/s over the wall
   time to the last token;
 - step: the wall time of one cached step of a single stream whose step reads 32 and 480
-  positions: lmserve's `KvStepper.step` in this process (the raw step the server runs: graph,
+  positions: the folder's stepper's `step` in this process (the raw step the server runs: graph,
   mask, log-softmax; no gRPC), against CTranslate2's `generate_batch` of 1 + 8 tokens minus that
   of 1 token after the same prompt, over 8 (the steps read 32..39 positions there);
 - CPU: beside each throughput, CPU seconds per token: lmserve's server (front and engine
@@ -318,15 +318,15 @@ class LmserveEngine:
         return self._timed(run)
 
     def step_seconds(self, context: int, repeats: int) -> float:
-        """`KvStepper.step` of one stream whose step reads `context` positions (`<s>` and
-        `context` - 2 prompt tokens cached), inputs ready: the median of `repeats` blocks of
-        16 steps."""
+        """The folder's stepper's `step` of one stream whose step reads `context` positions
+        (`<s>` and `context` - 2 prompt tokens cached), inputs ready: the median of `repeats`
+        blocks of 16 steps."""
         import numpy as np
 
-        from lmserve.server.backends.kv_stepping import KvStepper
+        from lmserve.server.families.catalog import make_stepper
 
-        if self._stepper is None:
-            self._stepper = KvStepper(_load(self.folder).backend)
+        if self._stepper is None:  # the folder's own stepper (KvStepper or SharedKvStepper)
+            self._stepper = make_stepper(_load(self.folder).backend)
         stepper = self._stepper
         _, state = stepper.prefill([self.tokens.id_list(context - 2)])
         token = np.array([self.tokens.id_list(1)[0]])

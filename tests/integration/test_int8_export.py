@@ -147,9 +147,10 @@ def test_the_graphs_hold_int8_weights_and_float_inputs(
         graph = onnx.load_model(str(folder / entry.path))  # external weights included
         int8 = [t for t in graph.graph.initializer if t.data_type == onnx.TensorProto.INT8]
         assert int8, f"{entry.path} has no int8 initializer"
-        # Inputs and outputs keep their float32 (a transformer's cache) and int64 types.
+        # Inputs and outputs keep their float32 (a transformer's cache) and integer types
+        # (int32: the shared-buffer graph's row lengths, GroupQueryAttention's seqlens_k).
         kinds = {v.type.tensor_type.elem_type for v in [*graph.graph.input, *graph.graph.output]}
-        assert kinds <= {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64}
+        assert kinds <= {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32}
     if model == "hf-gpt2":
         graph = onnx.load_model(str(folder / "model.onnx"))
         cache = [v for v in graph.graph.input if v.name.startswith("past_key_values")]

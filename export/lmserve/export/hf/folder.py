@@ -90,7 +90,9 @@ def write_transformer_folder(
     config = model.config.to_dict()
     cache = CacheShape.from_config(config, "config.json")
     optimized: list[GraphOptimization] = []  # what write() fused, for manifest()
-    shared = shared_cache and supports_fused(model) is None
+    # float16 (`--quantize float16`) keeps optimum's layout: this graph's cache is float32.
+    half = quantize is not None and quantize.method == "float16"
+    shared = shared_cache and not half and supports_fused(model) is None
 
     def write(staging: Path) -> Files:
         if shared:

@@ -319,7 +319,18 @@ def _model(
         helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", kv[0], "capacity", kv[1]])
         for name in present_names(cache.layers)
     ]
-    graph = helper.make_graph(g.nodes, "decoder", inputs, outputs, initializer=g.weights)
+    # Every intermediate tensor is float32: declared, so tools that infer types from the ONNX
+    # domain only (dynamic quantization) know the contrib ops' outputs too.
+    declared = {v.name for v in outputs}
+    typed = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+        for node in g.nodes
+        for name in node.output
+        if name and name not in declared
+    ]
+    graph = helper.make_graph(
+        g.nodes, "decoder", inputs, outputs, initializer=g.weights, value_info=typed
+    )
     return helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],

@@ -60,6 +60,8 @@ class FusedTransformerBackend(TransformerBackend):
         self._feeds_positions = "position_ids" in inputs
         self._past_names = past_names(cache.layers)
         self._present_names = present_names(cache.layers)
+        # The cache lives in numpy buffers the stepper pools (CPU), never on a device.
+        self.binds_cache = False
         logits = next(o for o in session.get_outputs() if o.name == "logits")
         width = logits.shape[-1] if logits.shape else None
         self.logits_width = width if isinstance(width, int) else len(vocab)
