@@ -114,7 +114,8 @@ class ServerProcess:
         return total
 
     def processes(self) -> list[Any]:
-        """psutil.Process of the front and of each engine worker."""
+        """psutil.Process of the front (first) and of its descendants: the engine workers and
+        the fork server they are forked from."""
         import psutil
 
         assert self._proc is not None
@@ -122,17 +123,19 @@ class ServerProcess:
         return [front, *front.children(recursive=True)]
 
     def rss_bytes(self) -> dict[str, int]:
-        """Resident memory of each process: "front" and each worker by its title."""
+        """Resident memory of each process: "front", the fork server and each worker by its
+        title."""
         import psutil
 
         out = {}
-        for process in self.processes():
+        for index, process in enumerate(self.processes()):
             try:
                 title = " ".join(process.cmdline())
                 rss = process.memory_info().rss
             except psutil.NoSuchProcess:
                 continue
-            name = title.removeprefix("lmserve: engine ") if "engine" in title else "front"
+            # The front first; then the workers' fork server and the workers, by their titles.
+            name = "front" if index == 0 else title.removeprefix("lmserve: engine ").strip()
             out[name] = int(rss)
         return out
 
