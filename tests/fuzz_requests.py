@@ -256,6 +256,53 @@ def complete_request(draw: st.DrawFn) -> pb.CompleteRequest:
     return request
 
 
+# A small well-formed lattice of each format (words the fuzz models know), and broken ones.
+_GOOD_SLF = "I=0\nI=1\nI=2\nJ=0 S=0 E=1 W=the a=-1 l=-2\nJ=1 S=1 E=2 W=lord a=-3\n"
+_GOOD_KALDI = "u\n0 1 the 2,1\n0 1 a 1,2\n1 2 lord 0,0\n2\n"
+LATTICE_TEXT = st.one_of(
+    st.sampled_from([_GOOD_SLF, _GOOD_KALDI, "", "u\n0 1 a 0,0\n1 0 b 0,0\n1\n", "I=-1\n"]),
+    TEXT,
+    st.lists(
+        st.sampled_from(["I=0", "J=0 S=0 E=1", "0 1 a 0,0", "1", "base=0", "\n"]), max_size=6
+    ).map("\n".join),
+)
+
+
+@st.composite
+def lattice_request(draw: st.DrawFn) -> pb.RescoreLatticeRequest:
+    wild = draw(st.booleans())
+    numbers = FLOATS if wild else st.floats(-10, 10)
+    lattices = draw(
+        st.lists(
+            st.builds(
+                pb.Lattice,
+                id=st.text(CHARS, max_size=8),
+                format=ENUMS if wild else st.integers(1, 2),
+                text=LATTICE_TEXT,
+            ),
+            min_size=int(not wild),
+            max_size=3,
+        )
+    )
+    request = pb.RescoreLatticeRequest(
+        model=draw(MODEL),
+        lattices=lattices,
+        words=draw(st.sampled_from(["", "the 1\nlord 2\na 3\n", "bad line"])),
+        old_lm_weight=draw(numbers),
+        word_insertion_penalty=draw(numbers),
+        return_lattice=draw(st.booleans()),
+    )
+    for name in ("acoustic_scale", "lm_weight", "beam"):
+        if (value := draw(_opt(numbers))) is not None:
+            setattr(request, name, value)
+    for name in ("nbest", "max_history"):
+        if (count := draw(_opt(SMALL))) is not None:
+            setattr(request, name, count)
+    if (options := draw(score_options())) is not None:
+        request.options.CopyFrom(options)
+    return request
+
+
 def _stream(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
     return st.lists(strategy, max_size=3)
 
@@ -271,6 +318,8 @@ def rpc_calls() -> st.SearchStrategy[Call]:
         "BeamSearch": beam_request(),
         "Rerank": rerank_request(),
         "RerankStream": _stream(rerank_request()),
+        "RescoreLattice": lattice_request(),
+        "RescoreLatticeStream": _stream(lattice_request()),
         "Complete": _stream(complete_request()),
         "GetModel": st.builds(pb.GetModelRequest, model=MODEL),
     }
