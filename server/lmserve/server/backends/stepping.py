@@ -29,6 +29,12 @@ Implementations:
 
 A model's family picks one (`families.catalog.make_stepper`). All log-probabilities are
 natural logs.
+
+A stepper may also offer exact word lookups (`WordLookup`, found by `word_lookup(stepper)`):
+log P(token | state) and the next state per (state, token), with no distribution computed.
+Rescoring that needs a few tokens' log-probs per state (lattice arcs, Fuse's token and
+candidate log-probs) uses them where a stepper has them: the n-gram model's, whose
+distribution costs a pass over the words after the context while a lookup is a few probes.
 """
 
 from __future__ import annotations
@@ -70,6 +76,36 @@ class HistoryKey:
 
     window: int
     key: Callable[[tuple[int, ...]], tuple[int, ...]]
+
+
+# A `WordLookup`'s state: hashable, and minimised (equal states give equal distributions, so
+# histories that reach equal states may be merged exactly).
+LookupState = Any
+
+
+@runtime_checkable
+class WordLookup(Protocol):
+    """Exact next-token log-probs of given tokens, without whole distributions.
+
+    Each value equals the stepper's distribution entry (its float32 value) for the same
+    history, so a rescorer may use either and answer the same; the state after a token is the
+    model's minimised state (for an n-gram model KenLM's: `NgramModel.score_next`).
+    """
+
+    def lookup_start(self, *, bos: bool) -> LookupState:
+        """The state after `<s>` (bos), or before anything was read."""
+        ...
+
+    def score_next(
+        self, states: Sequence[LookupState], tokens: Sequence[int]
+    ) -> tuple[list[float], list[LookupState]]:
+        """Per row: log P(token | state) (nats) and the state after the token."""
+        ...
+
+    def state_distributions(self, states: Sequence[LookupState]) -> npt.NDArray[np.float32]:
+        """Each state's whole next-token distribution, float32 [len(states), V] (the
+        stepper's rows: what a top k needs)."""
+        ...
 
 
 class Stepper(Protocol):
@@ -213,9 +249,17 @@ class ContextStepper:
     releases_gil = False  # the n-gram kernel keeps it for a step's batch (too short to drop)
     costly_prompts = False  # a prompt costs one distribution per row, whatever its length
 
-    def __init__(self, backend: LanguageModelBackend, *, max_context: int | None = None) -> None:
+    def __init__(
+        self,
+        backend: LanguageModelBackend,
+        *,
+        max_context: int | None = None,
+        lookup: WordLookup | None = None,
+    ) -> None:
         self.backend = backend
         self.max_context = max_context
+        # Exact lookups over the same model (the n-gram family gives its model's).
+        self.word_lookup = lookup
 
     @property
     def vocab(self) -> Vocabulary:
@@ -279,6 +323,12 @@ class ContextStepper:
 
     def select(self, state: ContextState, rows: npt.ArrayLike) -> ContextState:
         return tuple(state[int(i)] for i in np.asarray(rows).reshape(-1))
+
+
+def word_lookup(stepper: Stepper) -> WordLookup | None:
+    """The stepper's exact word lookups, or None where it only gives whole distributions."""
+    lookup = getattr(stepper, "word_lookup", None)
+    return lookup if isinstance(lookup, WordLookup) else None
 
 
 InterpolatedState = tuple[State, ...]

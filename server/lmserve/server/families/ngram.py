@@ -55,7 +55,8 @@ class NgramFamily(ModelFamily):
 
     def stepper(self, backend: LanguageModelBackend, stepper_of: StepperOf) -> Stepper:
         assert isinstance(backend, NgramModel)
-        return ContextStepper(backend, max_context=backend.order - 1)
+        # Its word lookups: lattice arcs and Fuse's token log-probs need no distribution.
+        return ContextStepper(backend, max_context=backend.order - 1, lookup=backend)
 
     def history_key(self, backend: LanguageModelBackend) -> HistoryKey | None:
         """KenLM's minimised state: of the last order-1 tokens, the longest suffix that is an

@@ -659,21 +659,14 @@ context_window(const ScorerObject *s, const int32_t *ctx, Py_ssize_t n, int bos,
     return n_win;
 }
 
-/* log P(w | window) for every w into `row` (float32[V]), as `NgramModel.next_token_log_probs`:
- * the unigram log-prob plus the backoffs of every context entry; then, order by order, the
- * words w for which the context entry of length j is followed by w (an order-(j+1) entry),
- * written with that entry's log-prob plus the backoffs of the longer context entries. Only the
- * bigram list's words can follow the length-1 entry, and every suffix of an entry is an entry,
- * so only the words found after the length-j context are looked up after the length-(j+1) one;
- * the longest match writes last. `word`, `key` and `home` are scratch of V items. Sums in
- * float64. */
-static void
-distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float *row,
-                 uint32_t *word, uint64_t *key, uint64_t *home)
+/* The state after `window` (KenLM's, minimised): found[0] the last word, found[j-1] for j >= 2
+ * the slot of the order-j entry ending at it, each word extending the chain found at the word
+ * before (the first miss ends it), at most N-1 entries. Returns their number. */
+static int
+walk_window(const ScorerObject *s, const uint32_t *window, int n_win, uint32_t *found)
 {
     const int n_keep = s->order - 1;
-    /* found[0]: the word; found[j-1] for j >= 2: the slot of the order-j entry ending here. */
-    uint32_t found[MAX_ORDER], now[MAX_ORDER];
+    uint32_t now[MAX_ORDER];
     int n_found = 0;
     for (int i = 0; i < n_win; i++) {
         const uint32_t w = window[i];
@@ -692,14 +685,27 @@ distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float
         memcpy(found, now, (size_t)n_now * sizeof(uint32_t));
         n_found = n_now;
     }
-    if (n_keep == 0) {
-        n_found = 0; /* a unigram model keeps no context */
-    }
-    /* The context entries' backoffs, by order 1..n_found. */
-    double backoff[MAX_ORDER];
-    double total = 0.0;
+    return n_keep == 0 ? 0 : n_found; /* a unigram model keeps no context */
+}
+
+/* The backoffs of a state's entries, by order 1..n_found. */
+static void
+state_backoffs(const ScorerObject *s, const uint32_t *found, int n_found, double *backoff)
+{
     for (int j = 0; j < n_found; j++) {
         backoff[j] = j == 0 ? s->uni_backoff[found[0]] : slot_backoff(&s->orders[j + 1], found[j]);
+    }
+}
+
+/* `distribution_row` from a state (`walk_window`'s `found`) instead of a window. */
+static void
+state_row(const ScorerObject *s, const uint32_t *found, int n_found, float *row, uint32_t *word,
+          uint64_t *key, uint64_t *home)
+{
+    double backoff[MAX_ORDER];
+    state_backoffs(s, found, n_found, backoff);
+    double total = 0.0;
+    for (int j = 0; j < n_found; j++) {
         total += backoff[j];
     }
     /* Locals: with -fno-strict-aliasing a store to `row` could change `s->vocab_size`, and
@@ -752,6 +758,246 @@ distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float
         }
         n_words = n_next;
     }
+}
+
+/* log P(w | window) for every w into `row` (float32[V]), as `NgramModel.next_token_log_probs`:
+ * the unigram log-prob plus the backoffs of every context entry; then, order by order, the
+ * words w for which the context entry of length j is followed by w (an order-(j+1) entry),
+ * written with that entry's log-prob plus the backoffs of the longer context entries. Only the
+ * bigram list's words can follow the length-1 entry, and every suffix of an entry is an entry,
+ * so only the words found after the length-j context are looked up after the length-(j+1) one;
+ * the longest match writes last. `word`, `key` and `home` are scratch of V items. Sums in
+ * float64. */
+static void
+distribution_row(const ScorerObject *s, const uint32_t *window, int n_win, float *row,
+                 uint32_t *word, uint64_t *key, uint64_t *home)
+{
+    uint32_t found[MAX_ORDER];
+    const int n_found = walk_window(s, window, n_win, found);
+    state_row(s, found, n_found, row, word, key, home);
+}
+
+static int get_matrix_view(PyObject *obj, Py_buffer *view, Py_ssize_t rows, Py_ssize_t cols,
+                           const char *what);
+
+/* ---- word lookups from a state ---------------------------------------------------------------
+ *
+ * log P(w | state) for one word w, and the state after it, without a distribution: the chain
+ * of entries (state[j], w) of orders 2.. looked up until the first miss, as `state_row` looks
+ * the word up (every suffix of an entry is an entry, so no longer one can match), and the value
+ * computed with the very same float64 sums, rounded to float32: equal, bit for bit, to the
+ * distribution row's entry. The new state is the chain found (w, then the slots), at most N-1
+ * entries: what `walk_window` gives for the history extended by w. */
+static int
+lookup_word(const ScorerObject *s, const uint32_t *found, int n_found, const double *backoff,
+            uint32_t w, float *lp, uint32_t *next)
+{
+    const int n_keep = s->order - 1;
+    uint32_t now[MAX_ORDER + 1];
+    now[0] = w;
+    int n_now = 1;
+    for (int j = 0; j < n_found; j++) {
+        const Order *o = &s->orders[j + 2];
+        const uint64_t key = order_key(o, found[j], w);
+        const int64_t slot = probe(o, key, home_slot(o, key));
+        if (slot < 0) {
+            break;
+        }
+        now[n_now++] = (uint32_t)slot;
+    }
+    if (n_now == 1) {
+        double total = 0.0;
+        for (int j = 0; j < n_found; j++) {
+            total += backoff[j];
+        }
+        *lp = (float)(s->uni_prob[w] + total);
+    } else {
+        /* The longest entry is of order n_now; the context entries longer than its context
+         * (orders n_now..n_found) add their backoffs. */
+        double longer = 0.0;
+        for (int i = n_now - 1; i < n_found; i++) {
+            longer += backoff[i];
+        }
+        const Order *o = &s->orders[n_now];
+        *lp = (float)((double)slot_prob(o, now[n_now - 1]) + longer);
+    }
+    const int n_next = n_now < n_keep ? n_now : n_keep;
+    memcpy(next, now, (size_t)(n_next > 0 ? n_next : 0) * sizeof(uint32_t));
+    return n_next > 0 ? n_next : 0;
+}
+
+/* A state given from Python: a tuple of at most N-1 ints, the word below the vocabulary size
+ * and each slot inside its order's table (whatever else it holds, every read stays in bounds).
+ * Returns its length, or -1 with an exception set. */
+static int
+read_state(const ScorerObject *s, PyObject *obj, Py_ssize_t row, uint32_t *found)
+{
+    if (!PyTuple_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "states[%zd] must be a tuple of ints", row);
+        return -1;
+    }
+    const Py_ssize_t n = PyTuple_GET_SIZE(obj);
+    if (n > s->order - 1) {
+        PyErr_Format(PyExc_ValueError, "states[%zd] holds %zd entries, more than order - 1", row,
+                     n);
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const unsigned long long v = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(obj, j));
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            return -1;
+        }
+        const uint64_t bound = j == 0 ? (uint64_t)s->vocab_size : (uint64_t)s->orders[j + 1].n_slots;
+        if (v >= bound) {
+            PyErr_Format(PyExc_ValueError, "states[%zd] is not a state of this model", row);
+            return -1;
+        }
+        found[j] = (uint32_t)v;
+    }
+    return (int)n;
+}
+
+static PyObject *
+new_state(const uint32_t *found, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (!t) {
+        return NULL;
+    }
+    for (int j = 0; j < n; j++) {
+        PyObject *v = PyLong_FromUnsignedLong(found[j]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, j, v);
+    }
+    return t;
+}
+
+static PyObject *
+Scorer_score_next(ScorerObject *self, PyObject *args)
+{
+    PyObject *states_obj, *words_obj;
+    if (!PyArg_ParseTuple(args, "OO:score_next", &states_obj, &words_obj)) {
+        return NULL;
+    }
+    if (self->n_views == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "Scorer is not initialised");
+        return NULL;
+    }
+    PyObject *states = PySequence_Fast(states_obj, "states must be a sequence of tuples");
+    if (!states) {
+        return NULL;
+    }
+    PyObject *words = PySequence_Fast(words_obj, "words must be a sequence of ints");
+    PyObject *lps = NULL, *nexts = NULL, *result = NULL;
+    if (!words) {
+        goto done;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(states);
+    if (PySequence_Fast_GET_SIZE(words) != n) {
+        PyErr_SetString(PyExc_ValueError, "states and words differ in length");
+        goto done;
+    }
+    lps = PyList_New(n);
+    nexts = PyList_New(n);
+    if (!lps || !nexts) {
+        goto done;
+    }
+    uint32_t found[MAX_ORDER], next[MAX_ORDER + 1];
+    double backoff[MAX_ORDER];
+    int n_found = 0;
+    PyObject *last = NULL; /* rows from one state (a node's arcs) read it once */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *state = PySequence_Fast_GET_ITEM(states, i);
+        if (state != last) {
+            n_found = read_state(self, state, i, found);
+            if (n_found < 0) {
+                goto done;
+            }
+            state_backoffs(self, found, n_found, backoff);
+            last = state;
+        }
+        const long w = PyLong_AsLong(PySequence_Fast_GET_ITEM(words, i));
+        if (w == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (w < 0 || w >= self->vocab_size) {
+            PyErr_Format(PyExc_ValueError, "words[%zd] = %ld is not a vocabulary id", i, w);
+            goto done;
+        }
+        float lp;
+        const int n_next = lookup_word(self, found, n_found, backoff, (uint32_t)w, &lp, next);
+        PyObject *value = PyFloat_FromDouble((double)lp);
+        if (!value) {
+            goto done;
+        }
+        PyList_SET_ITEM(lps, i, value);
+        PyObject *t = new_state(next, n_next);
+        if (!t) {
+            goto done;
+        }
+        PyList_SET_ITEM(nexts, i, t);
+    }
+    result = PyTuple_Pack(2, lps, nexts);
+done:
+    Py_XDECREF(lps);
+    Py_XDECREF(nexts);
+    Py_XDECREF(words);
+    Py_DECREF(states);
+    return result;
+}
+
+static PyObject *
+Scorer_state_distributions(ScorerObject *self, PyObject *args)
+{
+    PyObject *states_obj, *out_obj;
+    if (!PyArg_ParseTuple(args, "OO:state_distributions", &states_obj, &out_obj)) {
+        return NULL;
+    }
+    if (self->n_views == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "Scorer is not initialised");
+        return NULL;
+    }
+    PyObject *states = PySequence_Fast(states_obj, "states must be a sequence of tuples");
+    if (!states) {
+        return NULL;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(states);
+    const Py_ssize_t v = self->vocab_size;
+    Py_buffer out = {0};
+    PyObject *result = NULL;
+    uint32_t *word = NULL;
+    uint64_t *key = NULL, *home = NULL;
+    if (get_matrix_view(out_obj, &out, n, v, "out") < 0) {
+        goto done;
+    }
+    word = PyMem_Malloc((size_t)v * sizeof(uint32_t) + 1);
+    key = PyMem_Malloc((size_t)v * sizeof(uint64_t) + 1);
+    home = PyMem_Malloc((size_t)v * sizeof(uint64_t) + 1);
+    if (!word || !key || !home) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t found[MAX_ORDER];
+        const int n_found = read_state(self, PySequence_Fast_GET_ITEM(states, i), i, found);
+        if (n_found < 0) {
+            goto done;
+        }
+        state_row(self, found, n_found, (float *)out.buf + i * v, word, key, home);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(word);
+    PyMem_Free(key);
+    PyMem_Free(home);
+    if (out.obj) {
+        PyBuffer_Release(&out);
+    }
+    Py_DECREF(states);
+    return result;
 }
 
 /* Scratch for `distributions_batch`: each row's window, and an open-addressing table of the
@@ -942,6 +1188,16 @@ static PyMethodDef Scorer_methods[] = {
      "Fills `out` (float32 [contexts, vocabulary], C-contiguous) with log P(w | [<s>] context)\n"
      "in nats for every word w, one row per context (int32 ids, int64 offsets), as\n"
      "NgramModel.next_token_log_probs. The GIL is released for large outputs."},
+    {"score_next", (PyCFunction)Scorer_score_next, METH_VARARGS,
+     "score_next(states, words)\n--\n\n"
+     "For each (state, word): log P(word | state) in nats, equal to the float32 entry of the\n"
+     "state's distribution, and the state after the word. A state is a tuple of ints: the last\n"
+     "word, then the slots of the order-2.. entries ending at it (KenLM's minimised state, at\n"
+     "most order - 1 of them). Returns (list of floats, list of states)."},
+    {"state_distributions", (PyCFunction)Scorer_state_distributions, METH_VARARGS,
+     "state_distributions(states, out)\n--\n\n"
+     "Fills `out` (float32 [states, vocabulary], C-contiguous) with each state's next-token\n"
+     "log-probs, as `distributions` fills a row from the context that leads to the state."},
     {NULL, NULL, 0, NULL},
 };
 

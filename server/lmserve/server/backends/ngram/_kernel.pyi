@@ -1,5 +1,6 @@
 """Type stub for the C extension `_kernel.c` (the n-gram scoring loop)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 # Any object with the buffer protocol (numpy arrays, memory maps) of the right item type.
@@ -33,3 +34,7 @@ class Scorer:
         /,
     ) -> None: ...
     def distributions(self, ids: Buffer, offsets: Buffer, bos: bool, out: Buffer, /) -> None: ...
+    def score_next(
+        self, states: Sequence[tuple[int, ...]], words: Sequence[int], /
+    ) -> tuple[list[float], list[tuple[int, ...]]]: ...
+    def state_distributions(self, states: Sequence[tuple[int, ...]], out: Buffer, /) -> None: ...

@@ -42,6 +42,11 @@ from lmserve.server.backends.ngram.binary import BinaryVersionError, load_tables
 from lmserve.server.backends.ngram.compact import CompactTable
 from lmserve.server.backends.ngram.tables import BOS, EOS, UNK, NgramTables, ScoringTable
 
+# KenLM's minimised state after a history: the last word, then the slots of the entries of
+# orders 2, 3, ... ending at it (`context_slots`), at most order - 1 of them. Equal states give
+# equal next-token distributions, and a tuple of ints is hashable: histories merge by it.
+NgramState = tuple[int, ...]
+
 try:
     from lmserve.server.backends.ngram import _kernel
 except ImportError:  # not compiled (e.g. a source checkout without `make install`)
@@ -330,7 +335,10 @@ class NgramModel:
         return self._next_token_log_probs_numpy(context, bos=bos)
 
     def _next_token_log_probs_numpy(self, context: Sequence[int], *, bos: bool) -> FloatArray:
-        found = self.context_slots(context, bos=bos)
+        return self._state_log_probs_numpy(self.context_slots(context, bos=bos))
+
+    def _state_log_probs_numpy(self, found: Sequence[int]) -> FloatArray:
+        """A state's next-token log-probs (float64), the numpy kernel's way."""
         backoffs = [float(self._uni_backoff[found[0]])] if found else []
         backoffs += [
             float(self._tables[j - 1].backoffs(np.array([s], dtype=np.int64))[0])
@@ -382,4 +390,59 @@ class NgramModel:
         offsets = np.array([0, *itertools.accumulate(map(len, contexts))], dtype=np.int64)
         ids = np.array(list(itertools.chain.from_iterable(contexts)), dtype=np.int32)
         scorer.distributions(ids, offsets, bos, out)
+        return out
+
+    # -- word lookups from a state ------------------------------------------------------------
+    def lookup_start(self, *, bos: bool) -> NgramState:
+        """The state after `<s>` (bos), or before anything was read."""
+        return (self._vocab.bos_id,) if bos and self.order > 1 else ()
+
+    def score_next(
+        self, states: Sequence[NgramState], tokens: Sequence[int]
+    ) -> tuple[list[float], list[NgramState]]:
+        """For each (state, token): log P(token | state) in nats and the state after the token,
+        without computing a distribution: the token's entries after the state's, orders 2.. up
+        to the first miss (a handful of probes, where a distribution probes every word that
+        follows the state's last word). Each value equals, bit for bit, the float32 entry of
+        `next_token_log_probs_batch`'s row for the same history (the same float64 sums, rounded
+        alike); Score's per-token log-prob sums the backoffs in another order (within 1e-6).
+        Rows from the same state object (a lattice node's arcs) read it once."""
+        if len(states) != len(tokens):
+            raise ValueError(f"{len(states)} states for {len(tokens)} tokens")
+        if self._c is not None:
+            return self._c.score_next(states, tokens)
+        lps: list[float] = []
+        nexts: list[NgramState] = []
+        n_vocab = len(self._vocab)
+        rows: dict[NgramState, FloatArray] = {}
+        for state, token in zip(states, tokens, strict=True):
+            word = int(token)
+            if not 0 <= word < n_vocab:
+                raise ValueError(f"{word} is not a vocabulary id")
+            row = rows.get(state)
+            if row is None:
+                row = rows[state] = self._state_log_probs_numpy(state)
+            lps.append(float(np.float32(row[word])))
+            nexts.append(self._next_state(state, word))
+        return lps, nexts
+
+    def _next_state(self, state: NgramState, word: int) -> NgramState:
+        """The chain of entries ending at `word` after `state`, at most order - 1 (numpy)."""
+        now = [word]
+        for k, prev in enumerate(state[: self.order - 2], start=2):
+            slot = self._tables[k - 2].get_entry(prev, word)
+            if slot < 0:
+                break
+            now.append(slot)
+        return tuple(now[: self.order - 1])
+
+    def state_distributions(self, states: Sequence[NgramState]) -> npt.NDArray[np.float32]:
+        """Each state's next-token log-probs, float32 [len(states), V]: the rows
+        `next_token_log_probs_batch` gives for histories that end in these states."""
+        out = np.empty((len(states), len(self._vocab)), dtype=np.float32)
+        if self._c is not None:
+            self._c.state_distributions(states, out)
+            return out
+        for i, state in enumerate(states):
+            out[i] = self._state_log_probs_numpy(state)
         return out
