@@ -17,6 +17,12 @@ history, and the paths through it are scored from that state (an approximation, 
 history) pairs further than `beam` below the best at their lattice node (`exact = False` when it
 drops any).
 
+A stepper with exact word lookups (`backends.stepping.WordLookup`: the n-gram model) is not
+stepped at all: each arc's tokens are looked up from its source's lookup state (a few probes
+each, where a distribution costs a pass over every word that may follow), and states are keyed
+by the lookup's minimised state, so the expansion and every score are those of the distribution
+way, bit for bit.
+
 The expansion runs in waves: a lattice node's wave is its longest distance (in arcs) from the
 start, so every arc leads to a later wave and a node's histories are all known when its wave
 comes. Each wave is one batched step for all its new (node, history) states (their last
@@ -32,13 +38,21 @@ combined = acoustic_scale * acoustic + lm_weight * lm + old_lm_weight * old_lm
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from lmserve.server.backends.base import FloatArray
-from lmserve.server.backends.stepping import HistoryKey, State, Stepper
+from lmserve.server.backends.stepping import (
+    HistoryKey,
+    LookupState,
+    State,
+    Stepper,
+    WordLookup,
+    word_lookup,
+)
 from lmserve.server.errors import RequestTooLarge
 
 
@@ -163,6 +177,18 @@ class _States:
         return len(self.node) - 1
 
 
+@dataclass
+class _Arcs:
+    """The expansion's arcs, as parallel lists: source state, target state, input arc, LM
+    log-prob, and the combined weight."""
+
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    arc: list[int] = field(default_factory=list)
+    lm: list[float] = field(default_factory=list)
+    weight: list[float] = field(default_factory=list)
+
+
 class LatticeExpansion:
     """Rescores one lattice with a stepper, one batched call per `steps()` item."""
 
@@ -184,6 +210,19 @@ class LatticeExpansion:
         self.exact = True
         self.result = RescoredPaths([], 0, 0, True, 0)
         self._trie: dict[tuple[int, int], int] = {}
+        # The expansion in progress (set up by `steps`).
+        self._wave: list[int] = []
+        self._out_arcs: list[list[int]] = []
+        self._finals: dict[int, int] = {}
+        self._tokens_of: list[list[int]] = []
+        self._w_static: list[float] = []
+        self._states = _States()
+        self._by_wave: dict[int, list[int]] = {}
+        self._index: dict[tuple[int, Hashable], int] = {}
+        self._arcs = _Arcs()
+        self._order: list[int] = []
+        self._final_states: list[int] = []
+        self._final_lm: list[float] = []
 
     # -- histories ------------------------------------------------------------------------------
 
@@ -229,50 +268,59 @@ class LatticeExpansion:
         return wave
 
     def steps(self) -> Iterator[None]:
-        """Expands the lattice wave by wave, yielding after each batched stepper call; then
-        finds the paths (`result`)."""
-        lat, p, stepper = self.lattice, self.params, self.stepper
-        eos_id = stepper.vocab.eos_id
-        wave = self._waves()
-        out_arcs: list[list[int]] = [[] for _ in range(lat.nodes)]
+        """Expands the lattice wave by wave, yielding after each batched model call; then finds
+        the paths (`result`). A stepper with exact word lookups (`WordLookup`: an n-gram model)
+        scores every arc of a wave in one lookup call, its states merged by the lookup's own
+        minimised state; any other steps each new state's distribution."""
+        lat, p = self.lattice, self.params
+        self._wave = wave = self._waves()
+        self._out_arcs = [[] for _ in range(lat.nodes)]
         for i, a in enumerate(lat.src):
             if wave[a] >= 0:
-                out_arcs[a].append(i)
-        finals = {n: k for k, n in enumerate(lat.final_nodes)}
-        states = _States()
-        by_wave: dict[int, list[int]] = {}
-        index: dict[tuple[int, tuple[int, ...]], int] = {}
-        # Expanded arcs: source state, target state, input arc, LM log-prob, combined weight.
-        e_src: list[int] = []
-        e_dst: list[int] = []
-        e_arc: list[int] = []
-        e_lm: list[float] = []
-        e_w: list[float] = []
-        final_states: list[int] = []
-        final_lm: list[float] = []
+                self._out_arcs[a].append(i)
+        self._finals = {n: k for k, n in enumerate(lat.final_nodes)}
+        self._tokens_of = [
+            lat.tokens[lat.token_offsets[i] : lat.token_offsets[i + 1]] for i in range(len(lat.src))
+        ]
+        self._w_static = [
+            p.acoustic_scale * lat.acoustic[i]
+            + p.old_lm_weight * lat.old_lm[i]
+            + p.word_insertion_penalty * lat.word_counts[i]
+            for i in range(len(lat.src))
+        ]
+        self._states = _States()
+        self._by_wave = {}
+        self._index = {}
+        self._arcs = _Arcs()
+        self._order = []
+        self._final_states = []
+        self._final_lm = []
+        lookup = word_lookup(self.stepper)
+        if lookup is not None:
+            yield from self._expand_by_lookup(lookup)
+        else:
+            yield from self._expand_by_steps()
+        self._finish()
+
+    def _expand_by_steps(self) -> Iterator[None]:
+        """Each wave's new states stepped from their best history's model state (one batched
+        step), arcs scored from the distributions."""
+        lat, p, stepper, states = self.lattice, self.params, self.stepper, self._states
+        eos_id = stepper.vocab.eos_id
+        tokens_of = self._tokens_of
 
         # The start: `<s>` read (or nothing, without bos).
         first, root_state = stepper.prefill([[]], bos=p.bos)
         self.computed += 1
         start: tuple[int, ...] = (stepper.vocab.bos_id,) if p.bos else ()
         root = states.add(lat.start, start, 0, 0.0, (stepper.split(root_state)[0], -1, first[0]))
-        index[(lat.start, self._key(start))] = root
-        by_wave[0] = [root]
+        self._index[(lat.start, self._key(start))] = root
+        self._by_wave[0] = [root]
         yield
 
-        tokens_of = [
-            lat.tokens[lat.token_offsets[i] : lat.token_offsets[i + 1]] for i in range(len(lat.src))
-        ]
-        w_static = [
-            p.acoustic_scale * lat.acoustic[i]
-            + p.old_lm_weight * lat.old_lm[i]
-            + p.word_insertion_penalty * lat.word_counts[i]
-            for i in range(len(lat.src))
-        ]
-        order: list[int] = []
-        last_wave = max(wave) if wave else 0
+        last_wave = max(self._wave) if self._wave else 0
         for w in range(last_wave + 1):
-            members = by_wave.pop(w, [])
+            members = self._by_wave.pop(w, [])
             if not members:
                 continue
             members = self._pruned(states, members)
@@ -295,20 +343,19 @@ class LatticeExpansion:
                     dists[s], model[s] = out[row], st
                 yield
             for s in members:
-                order.append(s)
+                self._order.append(s)
                 # The state no longer needs its way in: free the model state it stepped from.
                 states.rep_state[s] = None
                 states.rep_dist[s] = None
-                k = finals.get(states.node[s])
-                if k is not None:
-                    final_states.append(s)
-                    final_lm.append(float(dists[s][eos_id]) if p.eos else 0.0)
+                if states.node[s] in self._finals:
+                    self._final_states.append(s)
+                    self._final_lm.append(float(dists[s][eos_id]) if p.eos else 0.0)
             # 2. Arcs out of this wave's states: the first token's log-prob from the source's
             #    distribution; a word of several tokens steps its inner tokens (batched).
             pending: list[tuple[int, int, float, State, FloatArray | None]] = []
             chains: list[tuple[int, int, float, State]] = []
             for s in members:
-                for i in out_arcs[states.node[s]]:
+                for i in self._out_arcs[states.node[s]]:
                     toks = tokens_of[i]
                     if not toks:  # the target reads nothing: it takes this distribution
                         pending.append((s, i, 0.0, model[s], np.array(dists[s])))
@@ -324,54 +371,149 @@ class LatticeExpansion:
             # 3. Each arc leads to the (node, history) state of its target: new, or merged.
             for s, i, lm, st, dist in pending:
                 toks = tokens_of[i]
-                target = lat.dst[i]
                 recent = (states.recent[s] + tuple(toks))[-self._keep :]
                 history = self._extend(states.history[s], toks)
-                key = (target, self._key(recent))
-                score = states.score[s] + w_static[i] + p.lm_weight * lm
-                rep = (st, toks[-1] if toks else -1, dist)
-                found = index.get(key)
-                if found is None:
-                    found = states.add(target, recent, history, score, rep)
-                    index[key] = found
-                    by_wave.setdefault(wave[target], []).append(found)
-                    if len(states.node) > p.max_states:
-                        raise RequestTooLarge(
-                            lat.where,
-                            len(states.node),
-                            p.max_states,
-                            "(node, history) states when expanded (lattice_max_states; a "
-                            "lower max_history or a beam expands fewer)",
-                        )
-                else:
-                    if states.history[found] != history and self.history_key is None:
-                        self.exact = False  # two different histories share one model state
-                    if score > states.score[found]:
-                        states.score[found] = score
-                        states.recent[found] = recent
-                        states.history[found] = history
-                        states.rep_state[found] = st
-                        states.rep_token[found] = rep[1]
-                        states.rep_dist[found] = dist
-                e_src.append(s)
-                e_dst.append(found)
-                e_arc.append(i)
-                e_lm.append(lm)
-                e_w.append(w_static[i] + p.lm_weight * lm)
-        alive = [s for s in order if states.alive[s]]
-        paths = _best_paths(
-            self, alive, (e_src, e_dst, e_arc, e_lm, e_w), final_states, final_lm, states
-        )
+                key = (lat.dst[i], self._key(recent))
+                self._arrive(s, i, lm, key, recent, history, (st, toks[-1] if toks else -1, dist))
+
+    def _expand_by_lookup(self, lookup: WordLookup) -> Iterator[None]:
+        """Each wave's arcs (and its final states' `</s>`) scored in one lookup call from their
+        sources' lookup states; a word of several tokens looks its later tokens up in one call
+        per position across the wave. A state is keyed by its lookup state, minimised: every
+        merge is exact, and the paths' scores equal the distribution way's bit for bit."""
+        lat, p, states = self.lattice, self.params, self._states
+        eos_id = self.stepper.vocab.eos_id
+        tokens_of = self._tokens_of
+        root_state = lookup.lookup_start(bos=p.bos)
+        root = states.add(lat.start, (), 0, 0.0, (root_state, -1, None))
+        self._index[(lat.start, root_state)] = root
+        self._by_wave[0] = [root]
+        last_wave = max(self._wave) if self._wave else 0
+        for w in range(last_wave + 1):
+            members = self._by_wave.pop(w, [])
+            if not members:
+                continue
+            members = self._pruned(states, members)
+            rows_states: list[LookupState] = []
+            rows_tokens: list[int] = []
+            ends: list[tuple[int, int]] = []  # (index in final_lm, row of its `</s>`)
+            # (source, arc, row of its first token; -1: an epsilon arc)
+            arcs: list[tuple[int, int, int]] = []
+            chains: list[tuple[int, int, int]] = []
+            for s in members:
+                self._order.append(s)
+                st = states.rep_state[s]
+                if states.node[s] in self._finals:
+                    self._final_states.append(s)
+                    self._final_lm.append(0.0)
+                    if p.eos:
+                        ends.append((len(self._final_lm) - 1, len(rows_tokens)))
+                        rows_states.append(st)
+                        rows_tokens.append(eos_id)
+                for i in self._out_arcs[states.node[s]]:
+                    toks = tokens_of[i]
+                    if not toks:
+                        arcs.append((s, i, -1))
+                        continue
+                    (arcs if len(toks) == 1 else chains).append((s, i, len(rows_tokens)))
+                    rows_states.append(st)
+                    rows_tokens.append(toks[0])
+            if not rows_tokens:
+                lps: list[float] = []
+                after: list[LookupState] = []
+            else:
+                lps, after = lookup.score_next(rows_states, rows_tokens)
+                self.computed += len(rows_tokens)
+            for f, row in ends:
+                self._final_lm[f] = lps[row]
+            pending: list[tuple[int, int, float, LookupState]] = [
+                (s, i, 0.0, states.rep_state[s]) if row < 0 else (s, i, lps[row], after[row])
+                for s, i, row in arcs
+            ]
+            # Words of several tokens: their later tokens, one call per position, finished
+            # arcs handed on shortest first (the order the distribution way hands them on).
+            live: list[list[Any]] = [[s, i, lps[row], after[row]] for s, i, row in chains]
+            position = 1
+            while live:
+                step = [c for c in live if len(tokens_of[c[1]]) > position]
+                done = [c for c in live if len(tokens_of[c[1]]) <= position]
+                pending.extend((c[0], c[1], c[2], c[3]) for c in done)
+                if step:
+                    more, moved = lookup.score_next(
+                        [c[3] for c in step], [tokens_of[c[1]][position] for c in step]
+                    )
+                    self.computed += len(step)
+                    for c, lp, st in zip(step, more, moved, strict=True):
+                        c[2] = float(c[2]) + lp
+                        c[3] = st
+                live = step
+                position += 1
+            for s, i, lm, st in pending:
+                self._arrive(s, i, lm, (lat.dst[i], st), (), 0, (st, -1, None))
+            if rows_tokens:
+                yield
+
+    def _arrive(
+        self,
+        s: int,
+        i: int,
+        lm: float,
+        key: tuple[int, Hashable],
+        recent: tuple[int, ...],
+        history: int,
+        rep: tuple[State, int, FloatArray | None],
+    ) -> None:
+        """Arc i out of state s (LM log-prob lm) leads to the state `key` (its target node and
+        history key): a new one, or one it merges into (which keeps its best history's way
+        in)."""
+        lat, p, states = self.lattice, self.params, self._states
+        score = states.score[s] + self._w_static[i] + p.lm_weight * lm
+        found = self._index.get(key)
+        if found is None:
+            found = states.add(lat.dst[i], recent, history, score, rep)
+            self._index[key] = found
+            self._by_wave.setdefault(self._wave[lat.dst[i]], []).append(found)
+            if len(states.node) > p.max_states:
+                raise RequestTooLarge(
+                    lat.where,
+                    len(states.node),
+                    p.max_states,
+                    "(node, history) states when expanded (lattice_max_states; a "
+                    "lower max_history or a beam expands fewer)",
+                )
+        else:
+            if states.history[found] != history and self.history_key is None:
+                self.exact = False  # two different histories share one model state
+            if score > states.score[found]:
+                states.score[found] = score
+                states.recent[found] = recent
+                states.history[found] = history
+                states.rep_state[found] = rep[0]
+                states.rep_token[found] = rep[1]
+                states.rep_dist[found] = rep[2]
+        arcs = self._arcs
+        arcs.src.append(s)
+        arcs.dst.append(found)
+        arcs.arc.append(i)
+        arcs.lm.append(lm)
+        arcs.weight.append(self._w_static[i] + p.lm_weight * lm)
+
+    def _finish(self) -> None:
+        """The paths through the expansion, and its size."""
+        states, a = self._states, self._arcs
+        alive = [s for s in self._order if states.alive[s]]
+        arcs = (a.src, a.dst, a.arc, a.lm, a.weight)
+        paths = _best_paths(self, alive, arcs, self._final_states, self._final_lm, states)
         graph = None
-        if p.expanded:
+        if self.params.expanded:
             graph = _expanded_graph(
-                alive, states, (e_src, e_dst, e_arc, e_lm), final_states, final_lm
+                alive, states, (a.src, a.dst, a.arc, a.lm), self._final_states, self._final_lm
             )
         self.result = RescoredPaths(
             paths,
             len(alive),
             sum(
-                1 for a, b in zip(e_src, e_dst, strict=True) if states.alive[a] and states.alive[b]
+                1 for x, y in zip(a.src, a.dst, strict=True) if states.alive[x] and states.alive[y]
             ),
             self.exact,
             self.computed,
