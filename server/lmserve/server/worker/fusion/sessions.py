@@ -11,7 +11,8 @@ field that depends on the table is checked before anything changes (an unknown p
 already live, a drop or query of an id that is not), with the request's field path in the
 message; a refused message ends its stream only. Live hypotheses are bounded per stream
 (`fuse_max_hypotheses`) and per model across streams (`fuse_max_live_hypotheses`): each holds
-its model state and its next-token distribution (vocabulary x 4 bytes).
+its model state and its next-token distribution (vocabulary x 4 bytes), or, on a model with
+word lookups (n-gram), its lookup state alone (`steps`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,12 @@ in one `Stepper.step` over the parents' states, merged once per distinct parent 
 with `select` (a parent with several children is one row of the merge, not several copies:
 the stepper's own gather, which shares what its state allows). Each answer's arrays are built
 on the same thread, so the event loop only moves ids.
+
+A stepper with exact word lookups (`backends.stepping.WordLookup`: an n-gram model) is not
+stepped: a hypothesis keeps its lookup state only, a round looks every child's token up from
+its parent's state in one call, and an answer looks its candidates and `</s>` up the same way;
+a whole distribution is computed only for the hypotheses an answer's `top_k` asks about, and
+not kept. The values are the stepper's own, bit for bit.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.backends.stepping import State, Stepper
+from lmserve.server.backends.stepping import State, Stepper, WordLookup, word_lookup
 from lmserve.server.errors import ModelUnavailable
 from lmserve.server.logging_setup import log_failure
 from lmserve.server.shared.fusion import FuseAnswer
@@ -40,12 +46,13 @@ ROOT = -1
 
 @dataclass(eq=False, slots=True)
 class Hypothesis:
-    """A live hypothesis: its model state (a batch of one), its next-token distribution
-    (float32 natural logs, the stepper's row), log P(its token | parent) and its tokens after
-    the start (positions it reads = depth + 1 with `<s>`)."""
+    """A live hypothesis: its model state (a batch of one; with word lookups, its lookup
+    state), its next-token distribution (float32 natural logs, the stepper's row; None with
+    word lookups), log P(its token | parent) and its tokens after the start (positions it reads
+    = depth + 1 with `<s>`)."""
 
     state: State
-    log_probs: npt.NDArray[np.floating]
+    log_probs: npt.NDArray[np.floating] | None
     token_log_prob: float
     depth: int
 
@@ -85,6 +92,8 @@ class FusionSteps:
     ) -> None:
         self.model = model
         self.stepper = stepper
+        # Exact lookups instead of distributions, where the stepper has them (n-gram).
+        self.lookup = word_lookup(stepper)
         self.max_rows = max_rows
         # Generation steps of the same model wait while a decoder's frame is stepped.
         self._foreground = foreground or Foreground()
@@ -154,10 +163,15 @@ class FusionSteps:
         if extending:  # (a stepper may not take an empty batch)
             self._extend(extending)
         for job in jobs:
-            job.answer = _answer(job)
+            job.answer = _answer(job, self.lookup)
 
     def _open_roots(self, jobs: list[FusionJob]) -> None:
-        """The roots: `<s>` read (or nothing, without bos), one prefill per `bos` value."""
+        """The roots: `<s>` read (or nothing, without bos), one prefill per `bos` value (with
+        word lookups, the start state: no model work)."""
+        if self.lookup is not None:
+            for job in jobs:
+                job.root = Hypothesis(self.lookup.lookup_start(bos=job.bos), None, 0.0, 0)
+            return
         for bos in (True, False):
             group = [j for j in jobs if j.bos is bos]
             if not group:
@@ -180,6 +194,9 @@ class FusionSteps:
                     parent = job.root
                 parents.append(parent)
             tokens.extend(job.tokens)
+        if self.lookup is not None:
+            self._extend_by_lookup(self.lookup, jobs, parents, tokens)
+            return
         stepper = self.stepper
         distinct: dict[int, int] = {}
         unique: list[Hypothesis] = []
@@ -201,6 +218,7 @@ class FusionSteps:
         for job in jobs:
             for _ in job.tokens:
                 parent, token = parents[k], tokens[k]
+                assert parent.log_probs is not None
                 child = Hypothesis(
                     states[k],
                     np.array(log_probs[k]),  # a copy: the batch's array is not kept
@@ -210,8 +228,26 @@ class FusionSteps:
                 job.children.append(child)
                 k += 1
 
+    def _extend_by_lookup(
+        self,
+        lookup: WordLookup,
+        jobs: list[FusionJob],
+        parents: list[Hypothesis],
+        tokens: list[int],
+    ) -> None:
+        """Every extension of the round in one lookup call: each child's token log-prob and
+        state from its parent's state, no distribution."""
+        log_probs, states = lookup.score_next([p.state for p in parents], tokens)
+        self.calls += 1
+        self.rows += len(tokens)
+        k = 0
+        for job in jobs:
+            for _ in job.tokens:
+                job.children.append(Hypothesis(states[k], None, log_probs[k], parents[k].depth + 1))
+                k += 1
 
-def _answer(job: FusionJob) -> FuseAnswer:
+
+def _answer(job: FusionJob, lookup: WordLookup | None) -> FuseAnswer:
     """The message's answer, one row per answered hypothesis (see `FusionJob`)."""
     answered: list[Hypothesis] = []
     for ref in job.answered:
@@ -224,8 +260,10 @@ def _answer(job: FusionJob) -> FuseAnswer:
             answered.append(job.children[ref])
     n = len(answered)
     token_lps = np.array([h.token_log_prob for h in answered], dtype=np.float64)
+    if lookup is not None:
+        return _answer_by_lookup(job, lookup, answered, token_lps)
     if n:
-        rows = np.stack([h.log_probs for h in answered])
+        rows = np.stack([_row(h) for h in answered])
     else:
         rows = np.empty((0, 0), dtype=np.float32)
     candidates = np.asarray(job.candidates, dtype=np.int64)
@@ -242,3 +280,36 @@ def _answer(job: FusionJob) -> FuseAnswer:
         rows[:, job.eos_id].astype(np.float64) if job.end and n and job.eos_id >= 0 else np.zeros(n)
     )
     return FuseAnswer([], token_lps, cand, top_ids, top_lps, ends, 0)
+
+
+def _row(hypothesis: Hypothesis) -> npt.NDArray[np.floating]:
+    assert hypothesis.log_probs is not None
+    return hypothesis.log_probs
+
+
+def _answer_by_lookup(
+    job: FusionJob,
+    lookup: WordLookup,
+    answered: list[Hypothesis],
+    token_lps: npt.NDArray[np.float64],
+) -> FuseAnswer:
+    """`_answer` from lookup states: the candidates and `</s>` of every answered hypothesis in
+    one lookup call; whole distributions only for a top k (computed here, not kept)."""
+    n = len(answered)
+    asked = list(job.candidates)
+    end = job.end and job.eos_id >= 0
+    if end:
+        asked.append(job.eos_id)
+    table = np.empty((n, len(asked)), dtype=np.float64)
+    if n and asked:
+        states = [h.state for h in answered for _ in asked]
+        log_probs, _ = lookup.score_next(states, asked * n)
+        table[:] = np.asarray(log_probs, dtype=np.float64).reshape(n, len(asked))
+    cand = table[:, : len(job.candidates)]
+    ends = table[:, -1].copy() if end else np.zeros(n)
+    if job.top_k and n:
+        rows = lookup.state_distributions([h.state for h in answered])
+        top_ids, top_lps = top_k(rows, job.top_k)
+    else:
+        top_ids, top_lps = np.empty((n, 0), dtype=np.int64), np.empty((n, 0))
+    return FuseAnswer([], token_lps, np.ascontiguousarray(cand), top_ids, top_lps, ends, 0)
