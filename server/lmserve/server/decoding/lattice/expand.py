@@ -40,6 +40,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,8 @@ from lmserve.server.backends.stepping import (
     word_lookup,
 )
 from lmserve.server.errors import RequestTooLarge
+
+_FIRST = itemgetter(0)  # a partial path's score (ties: the first found, as before)
 
 
 @dataclass(frozen=True)
@@ -594,7 +597,7 @@ def _best_paths(
             for j in ins
             for r, (score, _, _) in enumerate(best.get(e_src[j], []))
         ]
-        best[s] = heapq.nlargest(k, candidates, key=lambda c: c[0])
+        best[s] = heapq.nlargest(k, candidates, key=_FIRST)
     finals = {n: i for i, n in enumerate(lat.final_nodes)}
     ends: list[tuple[float, int, int, int]] = []
     for f, s in enumerate(final_states):
@@ -609,7 +612,7 @@ def _best_paths(
         for r, (score, _, _) in enumerate(best.get(s, [])):
             ends.append((score + weight, f, s, r))
     found: list[FoundPath] = []
-    for combined, f, s, r in heapq.nlargest(k, ends, key=lambda c: c[0]):
+    for combined, f, s, r in heapq.nlargest(k, ends, key=_FIRST):
         i = finals[states.node[s]]
         taken: list[int] = []
         lm = final_lm[f]
