@@ -4,8 +4,12 @@
     worker.poll(); worker.wait(2.0); worker.kill()   # as on a `subprocess.Popen`
 
 One fork server per front process, started on the first worker's launch (a fresh interpreter,
-like the workers before it) and again if it ever died; it exits when this process does. Each
-worker is its child, not the front's: its exit status comes back on a pipe the fork server
+like the workers before it) and again if it ever died; it exits when this process does. A
+worker gets the environment and working directory the front has when it launches the worker,
+as a child of the front's would: the fork server has those it was started with, so a front
+whose environment or directory changed since (a program that sets PYTHONPATH for a model
+family module, then starts a server) gets another fork server for them. Each worker is its
+child, not the front's: its exit status comes back on a pipe the fork server
 writes when it reaps the worker (`ForkedWorker`). Blocking throughout: call off the event loop.
 """
 
@@ -173,10 +177,15 @@ class _ForkServer:
         self._process = self._control = None
 
 
-_server = _ForkServer()
+_servers: dict[tuple[str, tuple[tuple[str, str], ...]], _ForkServer] = {}
+_servers_lock = threading.Lock()
 
 
 def fork_worker(worker_sock: socket.socket) -> ForkedWorker:
-    """A worker forked from this process's fork server (started if it does not run), serving
-    on its end `worker_sock` of the front's socketpair."""
-    return _server.fork(worker_sock)
+    """A worker forked from the fork server of this process's current environment and working
+    directory (started if it does not run), serving on its end `worker_sock` of the front's
+    socketpair."""
+    key = (os.getcwd(), tuple(sorted(os.environ.items())))
+    with _servers_lock:
+        server = _servers.setdefault(key, _ForkServer())
+    return server.fork(worker_sock)
