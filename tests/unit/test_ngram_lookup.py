@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from lattices import EPSILON, random_lattice
 
-from lmserve.server.backends.ngram.model import NgramModel, NgramState
+from lmserve.server.backends.ngram.model import Kernel, NgramModel, NgramState
 from lmserve.server.backends.positions import Positions
 from lmserve.server.backends.stepping import ContextStepper, WordLookup, word_lookup
 from lmserve.server.decoding.lattice.expand import (
@@ -38,17 +38,17 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ngram"
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 
-def _load(name: str, kernel: str) -> NgramModel:
+def _load(name: str, kernel: Kernel) -> NgramModel:
     if name == "toy":
-        return NgramModel.from_arpa(FIXTURES / "toy.arpa", kernel=kernel)  # type: ignore[arg-type]
+        return NgramModel.from_arpa(FIXTURES / "toy.arpa", kernel=kernel)
     if name == "toy_pruned":
-        return NgramModel.from_arpa(FIXTURES / "toy_pruned.arpa", kernel=kernel)  # type: ignore[arg-type]
+        return NgramModel.from_arpa(FIXTURES / "toy_pruned.arpa", kernel=kernel)
     if name == "test.arpa":
-        return NgramModel.from_arpa(SHARED / "kenlm-tests" / "test.arpa", kernel=kernel)  # type: ignore[arg-type]
+        return NgramModel.from_arpa(SHARED / "kenlm-tests" / "test.arpa", kernel=kernel)
     exact = NgramModel.from_arpa(SHARED / "kjv" / "kenlm" / "kjv.3gram.arpa")
     if name == "kjv3":
         return exact if kernel == "c" else NgramModel(exact.tables, kernel="numpy")
-    return NgramModel(exact.tables.quantize(), kernel=kernel)  # type: ignore[arg-type]
+    return NgramModel(exact.tables.quantize(), kernel=kernel)
 
 
 @pytest.fixture(
@@ -173,7 +173,7 @@ def test_refuses_what_is_not_a_state_or_a_word() -> None:
     with pytest.raises(ValueError, match="more than order - 1"):
         model.score_next([(3,) * model.order], [3])
     with pytest.raises(TypeError, match="tuple of ints"):
-        model.score_next([[3]], [3])
+        model.score_next([[3]], [3])  # type: ignore[list-item]
 
 
 def test_the_ngram_stepper_offers_the_lookup_and_others_do_not() -> None:
@@ -300,7 +300,9 @@ def test_fuse_lookups_give_the_distribution_ways_answers(name: str, bos: bool) -
             fuser.close()
 
     state = rng.bit_generator.state
-    got = asyncio.run(run(make_stepper(model)))  # type: ignore[arg-type]
+    stepper = make_stepper(model)
+    assert isinstance(stepper, ContextStepper)
+    got = asyncio.run(run(stepper))
     rng.bit_generator.state = state
     expected = asyncio.run(run(ContextStepper(model, max_context=model.order - 1)))
     for a, b in zip(got, expected, strict=True):
