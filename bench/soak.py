@@ -2,10 +2,13 @@
 
     python bench/soak.py [--minutes 10] [--streams 64] [--json bench/results/soak.json]
 
-On the default models (kjv-5gram, kjv-lstm, kjv-lstm-5gram; `make models`), loopback only:
-- `--streams` Generate streams kept running (n-gram, LSTM and the mix in turn, 32..256 new
-  tokens each, restarted as they finish), from a child process so their client work does not
-  share a GIL with the latency probes;
+On the default models (kjv-5gram, kjv-lstm, kjv-lstm-5gram, kjv-lstm-int8; `make models`) and
+a small GPT-2 (`soak-gpt2`: 2 layers, 128 wide, a byte-level BPE of 8,000 tokens trained on the
+KJV training text, seeded random weights, imported with `import-hf`; built once into
+bench/results/cache), loopback only:
+- `--streams` Generate streams kept running (n-gram, LSTM, the mix, the transformer and the int8
+  LSTM in turn, 32..256 new tokens each, restarted as they finish), from a child process so
+  their client work does not share a GIL with the latency probes;
 - loops of small requests, one thread each, measured per request: Score of 4 KJV test lines on
   kjv-5gram and on kjv-lstm, Rerank of 4 n-best lists (tests/data/nbest/kjv-test.jsonl) on
   kjv-5gram, and Complete sessions typing a test sentence letter by letter on kjv-lstm (one
@@ -31,14 +34,31 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_DIR, DEFAULT_MODELS, KJV_TEST, REPO_ROOT, emit, log, percentile, record
+from common import (
+    BENCH_DIR,
+    CACHE_DIR,
+    DEFAULT_MODELS,
+    KJV_TEST,
+    REPO_ROOT,
+    emit,
+    linked_repository,
+    log,
+    percentile,
+    record,
+)
 from server_process import ServerProcess
 
 NGRAM, LSTM, MIX = "kjv-5gram", "kjv-lstm", "kjv-lstm-5gram"
+INT8, TRANSFORMER = "kjv-lstm-int8", "soak-gpt2"
+STREAM_MODELS = (NGRAM, LSTM, MIX, TRANSFORMER, INT8)
 NBEST = REPO_ROOT / "tests" / "data" / "nbest" / "kjv-test.jsonl"
 RSS_PERIOD_S = 5.0
 WARMUP_S = 60.0
 TIMEOUT_S = 30.0
+# A Generate stream's deadline (`--stream-deadline`): with 64 streams over five models on two
+# cores, a neural stream gets ~2.5 tokens/s (its worker runs below the n-gram worker's
+# priority), so a 256-token stream needs ~100 s; a hang still shows.
+STREAM_DEADLINE_S = 120.0
 
 
 def _status(exc: BaseException) -> str:
@@ -54,19 +74,21 @@ def _generate_worker(
     results: Any,
     seed: int,
     models: tuple[str, ...] | None = None,
+    deadline: float = STREAM_DEADLINE_S,
 ) -> None:
     """Child process: `streams` threads, each running Generate streams back to back (over
-    `models` in turn; default the 5-gram, the LSTM and the mix)."""
+    `models` in turn; default every family: `STREAM_MODELS`)."""
     from lmserve.client import GeneratedToken, LmServeClient
 
     failures: Counter[str] = Counter()
     counts = {"streams": 0, "tokens": 0}
+    by_model: dict[str, Counter[str]] = {}
     lock = threading.Lock()
     prompts = KJV_TEST.read_text(encoding="utf-8").splitlines()[:200]
 
     def run(index: int, client: LmServeClient) -> None:
         rng = random.Random(seed * 1000 + index)
-        choices = models or (NGRAM, LSTM, MIX)
+        choices = models or STREAM_MODELS
         model = choices[index % len(choices)]
         while time.monotonic() < stop_at:
             prompt = " ".join(rng.choice(prompts).split()[:6])
@@ -76,7 +98,7 @@ def _generate_worker(
                     model,
                     prompt,
                     max_new_tokens=rng.randint(32, 256),
-                    timeout=TIMEOUT_S,
+                    timeout=deadline,
                     seed=rng.randrange(2**31),
                 ):
                     tokens += isinstance(event, GeneratedToken)
@@ -86,6 +108,8 @@ def _generate_worker(
             with lock:
                 counts["streams"] += 1
                 counts["tokens"] += tokens
+                mine = by_model.setdefault(model, Counter())
+                mine.update(streams=1, tokens=tokens, failed=bool(key))
                 if key:
                     failures[key] += 1
 
@@ -95,7 +119,8 @@ def _generate_worker(
             thread.start()
         for thread in threads:
             thread.join()
-    results.put({"failures": dict(failures), **counts})
+    per_model = {model: dict(counted) for model, counted in by_model.items()}
+    results.put({"failures": dict(failures), **counts, "by_model": per_model})
 
 
 class Probes:
@@ -157,6 +182,23 @@ class Probes:
         return [threading.Thread(target=self._loop, args=loop) for loop in loops]
 
 
+def transformer_model() -> Path:
+    """The soak's GPT-2 folder (built once: a checkpoint, then `import-hf`)."""
+    folder = CACHE_DIR / TRANSFORMER
+    if (folder / "model.yaml").is_file():
+        return folder
+    from bench_transformer import gpt2_checkpoint
+
+    from lmserve.export.hf.importer import export_checkpoint
+
+    log(f"building {TRANSFORMER} (tokenizer on KJV train, seeded weights)")
+    checkpoint = gpt2_checkpoint(
+        CACHE_DIR / f"{TRANSFORMER}-checkpoint", layers=2, width=128, heads=4, positions=512
+    )
+    export_checkpoint(checkpoint, folder)
+    return folder
+
+
 def _rss_mb(server: ServerProcess) -> float:
     """Resident memory of the whole server: the front and every engine worker."""
     return sum(server.rss_bytes().values()) / 2**20
@@ -174,20 +216,30 @@ def main() -> None:
         default=30.0,
         help="the server's complete_session_idle_seconds (its default: 600)",
     )
+    parser.add_argument(
+        "--stream-deadline",
+        type=float,
+        default=STREAM_DEADLINE_S,
+        help="each Generate stream's deadline, seconds (probes: 10 s)",
+    )
     args = parser.parse_args()
     # Autocomplete sessions are cached until idle this long: with the default 600 s the cache
     # fills for 10 minutes, which reads as RSS growth; 30 s reaches steady state in warm-up.
     os.environ["LMSERVE_COMPLETE_SESSION_IDLE_SECONDS"] = str(args.session_idle_seconds)
-    if not (args.models / NGRAM / "model.yaml").exists():
-        raise SystemExit(f"{args.models / NGRAM} is missing: run `make models` first")
+    for name in (NGRAM, LSTM, MIX, INT8):
+        if not (args.models / name / "model.yaml").exists():
+            raise SystemExit(f"{args.models / name} is missing: run `make models` first")
+    served = sorted(p for p in args.models.iterdir() if (p / "model.yaml").is_file())
+    repository = linked_repository("soak-repo", *served, transformer_model())
 
     seconds = args.minutes * 60
-    with ServerProcess(args.models) as server:
+    with ServerProcess(repository) as server:
         start = time.monotonic()
         stop_at = start + seconds
         results: Any = mp.get_context("spawn").Queue()
         generator = mp.get_context("spawn").Process(
-            target=_generate_worker, args=(server.target, args.streams, stop_at, results, 1)
+            target=_generate_worker,
+            args=(server.target, args.streams, stop_at, results, 1, None, args.stream_deadline),
         )
         generator.start()
         probes = Probes(server.target, stop_at)
@@ -201,7 +253,7 @@ def main() -> None:
             time.sleep(RSS_PERIOD_S)
         for thread in threads:
             thread.join()
-        generated = results.get(timeout=2 * TIMEOUT_S)
+        generated = results.get(timeout=2 * args.stream_deadline)
         generator.join()
         rss.append((round(time.monotonic() - start, 1), round(_rss_mb(server), 1)))
         per_process = {name: round(b / 2**20, 1) for name, b in server.rss_bytes().items()}
