@@ -156,7 +156,8 @@ class SharedKvStepper:
     def __init__(self, backend: FusedTransformerBackend, *, max_chunk_tokens: int = 512) -> None:
         self.backend = backend
         self.max_chunk_tokens = max_chunk_tokens
-        self.lock = threading.RLock()  # every pool of this stepper: placement and calls
+        # Every pool this stepper makes shares it: placement, calls and the live counts.
+        self.lock = threading.RLock()
 
     @property
     def vocab(self) -> Vocabulary:
@@ -248,8 +249,8 @@ class SharedKvStepper:
         after = lengths + widths
         self.backend.positions.check(int(after.max(initial=0)), "context")
         prompt = not lengths.any()
-        with self.lock:
-            pool = state.pool
+        pool = state.pool
+        with pool.lock:
             pool.reserve(pool.rows, int(lengths.max(initial=0)) + time)
             lo, targets, dummies = self._place(state, time, prompt)
             size = len(dummies) + batch
@@ -351,7 +352,7 @@ class SharedKvStepper:
                 np.concatenate([s.slots for s in states]),
                 np.concatenate([s.lengths for s in states]),
             )
-        with self.lock:
+        with target.lock:  # other pools' rows are read below their live lengths: never written
             longest = max(int(s.lengths.max(initial=0)) for s in states)
             target.reserve(target.rows, longest)
             slots: list[int] = []
