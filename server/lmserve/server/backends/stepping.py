@@ -24,6 +24,8 @@ Implementations:
   share it).
 - `KvStepper` (`kv_stepping`): a transformer; the state is each row's key/value cache,
   left-padded, and a step is one batched graph call with T = 1.
+- `SharedKvStepper` (`shared_kv_stepping`): a transformer whose graph appends to its cache in
+  place; the state is rows of pooled buffers (a value: kept states are never overwritten).
 - `InterpolatedStepper`: one stepper per component, states side by side, the distributions mixed
   by log sum_i w_i p_i over the common vocabulary.
 
