@@ -6,13 +6,15 @@ The checkpoint: a transformers GPT-2 (`--layers`, `--width`, `--heads`, 512 posi
 byte-level BPE of 8,000 tokens trained with `tokenizers` on the KJV training text, with seeded
 random weights (speed does not depend on them; the log-prob agreement is between engines, not
 against text). It is built once into bench/results/cache/peers-gpt2-<L>x<W>x<H>/ and taken to
-- lmserve: `lmserve import-hf` (its parity figures recorded), served by a real `lmserve serve`
-  (own process, engine workers, ONNX Runtime with 2 intra-op threads) from a temporary model
-  repository, called over gRPC (grpc.aio, `--callers` concurrent callers for Score);
+- lmserve float32 and int8: `lmserve import-hf` (the shared-buffer GroupQueryAttention graph;
+  its parity figures recorded) and `lmserve import-hf --quantize int8` (its measured cost
+  recorded), both served by one real `lmserve serve` (own process, engine workers, ONNX Runtime
+  with 2 intra-op threads) from a temporary model repository, called over gRPC (grpc.aio,
+  `--callers` concurrent callers for Score; engines `lmserve` and `lmserve_int8`);
 - CTranslate2: `TransformersConverter` with quantization float32 and int8, each a
   `ctranslate2.Generator` in this process (`inter_threads=1`, `intra_threads=2`).
 
-Every run measures each figure for the three engines in turn (the order rotates run by run):
+Every run measures each figure for the four engines in turn (the order rotates run by run):
 - score: the first 512 KJV test lines in batches of 32, per-token log-probs (`<|endoftext|>`
   before, scored after, as lmserve's Score does): Score with `return_tokens` from the callers
   against `Generator.score_batch`; tokens/s counts scored positions; both tokenize (the server
@@ -29,11 +31,13 @@ Every run measures each figure for the three engines in turn (the order rotates 
   workers, psutil) and, apart, this process's (the gRPC callers); CTranslate2's is this
   process's (`process_time`);
 - agreement: the largest per-token difference between lmserve's log-probs and CTranslate2's
-  (float32 and int8) over the scored lines, with the token ids checked to be the same, and the
-  greedy continuations that agree over all their tokens at 16 streams.
+  (float32 and int8), and lmserve int8's against CTranslate2 int8's and lmserve float32's, over
+  the scored lines, with the token ids checked to be the same, and the greedy continuations that
+  agree over all their tokens at 16 streams.
 
 Ratios are lmserve's speed over CTranslate2's in the same run (tokens/s over tokens/s, a step's
-ms inverted), medians of the per-run ratios: above 1 lmserve is faster. Prints one JSON object
+ms inverted), medians of the per-run ratios: above 1 lmserve is faster. lmserve float32 is
+compared with both CTranslate2 folders, lmserve int8 with CTranslate2 int8. Prints one JSON object
 on stdout and writes it to bench/results/peers.json (peers-quick.json with `--quick`).
 """
 
@@ -69,7 +73,21 @@ STREAMS = (1, 16, 64)
 CONTEXTS = (32, 480)
 STEP_TOKENS = 8  # CTranslate2's step: generating 1 + STEP_TOKENS tokens against 1, over this
 PROMPT_WORDS = 6
-ENGINES = ("lmserve", "ct2_float32", "ct2_int8")
+ENGINES = ("lmserve", "lmserve_int8", "ct2_float32", "ct2_int8")
+LMSERVE = ("lmserve", "lmserve_int8")  # served by the same server, over gRPC
+# (ours, peer): speed ratios; the first two keep their old summary keys (lmserve_vs_<peer>).
+RATIOS = (
+    ("lmserve", "ct2_float32"),
+    ("lmserve", "ct2_int8"),
+    ("lmserve_int8", "ct2_int8"),
+)
+# (ours, reference): log-prob and greedy agreement.
+AGREEMENT = (
+    ("lmserve", "ct2_float32"),
+    ("lmserve", "ct2_int8"),
+    ("lmserve_int8", "ct2_int8"),
+    ("lmserve_int8", "lmserve"),
+)
 
 
 @dataclass(frozen=True)
@@ -89,19 +107,42 @@ class Sizes:
 @dataclass(frozen=True)
 class Built:
     checkpoint: Path
-    lmserve: Path
+    lmserve: dict[str, Path]  # engine -> folder: "lmserve" (float32), "lmserve_int8"
     ct2: dict[str, Path]
     seconds: dict[str, float]
 
 
+def _current(folder: Path, int8: bool) -> bool:
+    """Whether `folder` is an import-hf folder as this script wants it: the shared-buffer graph
+    (what import-hf writes for GPT-2 now; an older cache held optimum's layout), quantized to
+    int8 when `int8`."""
+    from lmserve.server.manifest import read_manifest
+
+    if not (folder / "model.yaml").is_file():
+        return False
+    manifest = read_manifest(folder)
+    shared = manifest.architecture.get("kv_cache") == "shared_buffer"
+    quantized = manifest.quantization is not None and manifest.quantization.weights == "int8"
+    return shared and quantized == int8
+
+
+def _import_hf(checkpoint: Path, folder: Path, int8: bool) -> None:
+    """`lmserve import-hf CHECKPOINT FOLDER [--quantize int8]` in a child process."""
+    quantize = ["--quantize", "int8"] if int8 else []
+    log(f"lmserve import-hf {checkpoint} {folder} {' '.join(quantize)}".rstrip())
+    shutil.rmtree(folder, ignore_errors=True)
+    command = [sys.executable, "-m", "lmserve.server.cli", "import-hf", str(checkpoint)]
+    command += [str(folder), *quantize]
+    subprocess.run(command, cwd=REPO_ROOT, check=True, stdout=sys.stderr)
+
+
 def build(sizes: Sizes, rebuild: bool) -> Built:
-    """The checkpoint, lmserve's folder (`lmserve import-hf`) and CTranslate2's two, each
-    built once under bench/results/cache/<name>/."""
+    """The checkpoint, lmserve's two folders (`lmserve import-hf`, float32 and `--quantize
+    int8`) and CTranslate2's two, each built once under bench/results/cache/<name>/."""
     base = CACHE_DIR / sizes.name
     if rebuild and base.exists():
         shutil.rmtree(base)
     checkpoint = base / "checkpoint"
-    served = base / sizes.name
     seconds: dict[str, float] = {}
     if not (checkpoint / "tokenizer.json").is_file():
         log(f"building {sizes.name}: tokenizer on KJV train, seeded random weights")
@@ -116,13 +157,13 @@ def build(sizes: Sizes, rebuild: bool) -> Built:
             corpus=CORPUS / "train.txt",
         )
         seconds["checkpoint"] = time.perf_counter() - start
-    if not (served / "model.yaml").is_file():
-        log(f"lmserve import-hf {checkpoint} {served}")
-        start = time.perf_counter()
-        shutil.rmtree(served, ignore_errors=True)
-        command = [sys.executable, "-m", "lmserve.server.cli", "import-hf", str(checkpoint)]
-        subprocess.run([*command, str(served)], cwd=REPO_ROOT, check=True, stdout=sys.stderr)
-        seconds["lmserve_import"] = time.perf_counter() - start
+    lmserve = {"lmserve": base / sizes.name, "lmserve_int8": base / f"{sizes.name}-int8"}
+    for engine, folder in lmserve.items():
+        int8 = engine == "lmserve_int8"
+        if not _current(folder, int8):
+            start = time.perf_counter()
+            _import_hf(checkpoint, folder, int8)
+            seconds[f"{engine}_import"] = time.perf_counter() - start
     ct2 = {}
     for quantization in ("float32", "int8"):
         out = base / f"ct2-{quantization}"
@@ -135,7 +176,7 @@ def build(sizes: Sizes, rebuild: bool) -> Built:
             converter.convert(str(out), quantization=quantization, force=True)
             seconds[f"ct2_convert_{quantization}"] = time.perf_counter() - start
         ct2[f"ct2_{quantization}"] = out
-    return Built(checkpoint, served, ct2, seconds)
+    return Built(checkpoint, lmserve, ct2, seconds)
 
 
 @dataclass
@@ -399,34 +440,39 @@ def main() -> None:
     step_repeats = 3 if small else 7
 
     runs: dict[tuple[str, str], list[float]] = {}  # (figure, engine) -> per run
-    cpu: dict[tuple[str, str], list[float]] = {}  # ms per token; engine "lmserve_client" too
+    cpu: dict[tuple[str, str], list[float]] = {}  # ms per token; "<lmserve engine>_client" too
     outputs: dict[tuple[str, str], Any] = {}  # the last run's
 
     def note(figure: str, engine: str, measured: Measured) -> None:
         rate = measured.tokens / measured.seconds
         runs.setdefault((figure, engine), []).append(rate)
         cpu.setdefault((figure, engine), []).append(1000 * measured.cpu / measured.tokens)
-        if engine == "lmserve":
+        if engine in LMSERVE:
             client = 1000 * measured.client_cpu / measured.tokens
-            cpu.setdefault((figure, "lmserve_client"), []).append(client)
+            cpu.setdefault((figure, f"{engine}_client"), []).append(client)
         outputs[figure, engine] = measured.output
         per_token = cpu[figure, engine][-1]
         log(f"  {figure} {engine}: {rate:,.0f} tokens/s, CPU {per_token:.3f} ms a token")
 
     os.environ["LMSERVE_ONNX_INTRA_OP_THREADS"] = str(THREADS)  # the server's and the stepper's
     with tempfile.TemporaryDirectory(prefix="lmserve-peers-") as repository:
-        (Path(repository) / sizes.name).symlink_to(built.lmserve.resolve())
+        for folder in built.lmserve.values():  # both folders, one server
+            (Path(repository) / folder.name).symlink_to(folder.resolve())
         with ServerProcess(Path(repository)) as server:
-            lm = LmserveEngine(server, sizes.name, built.lmserve, tokens, args.callers)
+            lm = {
+                engine: LmserveEngine(server, folder.name, folder, tokens, args.callers)
+                for engine, folder in built.lmserve.items()
+            }
             try:
-                engines: dict[str, LmserveEngine | Ct2Engine] = {"lmserve": lm, **ct2}
+                engines: dict[str, LmserveEngine | Ct2Engine] = {**lm, **ct2}
                 log("warm-up")
                 for name in ENGINES:
                     engines[name].score(batches[:2])
                     for streams in STREAMS:
                         engines[name].generate(prompts[:streams], 4)
                 for run in range(sizes.runs):
-                    order = ENGINES[run % 3 :] + ENGINES[: run % 3]
+                    turn = run % len(ENGINES)
+                    order = ENGINES[turn:] + ENGINES[:turn]
                     log(f"run {run + 1}/{sizes.runs}, in turn: {', '.join(order)}")
                     for name in order:
                         note("score", name, engines[name].score(batches))
@@ -440,7 +486,8 @@ def main() -> None:
                             runs.setdefault((f"step_ctx{context}", name), []).append(ms)
                             log(f"  step at {context} positions, {name}: {ms:.3f} ms")
             finally:
-                lm.close()
+                for served in lm.values():
+                    served.close()
 
     scored = outputs["score", "lmserve"]
     setup = {
@@ -468,36 +515,41 @@ def main() -> None:
         extra: dict[str, Any] = {"engine": engine}
         if (figure, engine) in cpu:
             extra["cpu_ms_per_token"] = statistics.median(cpu[figure, engine])
-        if (figure, "lmserve_client") in cpu and engine == "lmserve":
-            extra["client_cpu_ms_per_token"] = statistics.median(cpu[figure, "lmserve_client"])
+        if (figure, f"{engine}_client") in cpu:
+            extra["client_cpu_ms_per_token"] = statistics.median(cpu[figure, f"{engine}_client"])
         records.append(record(f"peers_{figure}_{engine}", unit, values, **extra))
         summary.setdefault(figure, {})[engine] = statistics.median(values)
         if "cpu_ms_per_token" in extra:
             summary.setdefault(f"{figure}_cpu_ms_per_token", {})[engine] = extra["cpu_ms_per_token"]
     for figure in [f for f in summary if not f.endswith("_cpu_ms_per_token")]:
-        for peer in ENGINES[1:]:
-            ours, theirs = runs[figure, "lmserve"], runs[figure, peer]
-            if figure.startswith("step_"):  # ms: lmserve's speed is the peer's time over its own
+        for ours_name, peer in RATIOS:
+            ours, theirs = runs[figure, ours_name], runs[figure, peer]
+            if figure.startswith("step_"):  # ms: our speed is the peer's time over our own
                 ratios = [b / a for a, b in zip(ours, theirs, strict=True)]
             else:
                 ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
-            name = f"peers_{figure}_lmserve_vs_{peer}"
-            records.append(record(name, "ratio", ratios, note="lmserve's speed over the peer's"))
-            summary[figure][f"lmserve_vs_{peer}"] = statistics.median(ratios)
+            name = f"peers_{figure}_{ours_name}_vs_{peer}"
+            meaning = f"{ours_name}'s speed over the peer's"
+            records.append(record(name, "ratio", ratios, note=meaning))
+            summary[figure][f"{ours_name}_vs_{peer}"] = statistics.median(ratios)
     agreement: dict[str, float] = {}
-    for peer in ENGINES[1:]:
-        worst, positions = _max_diff(scored, outputs["score", peer])
-        name = f"peers_logprob_max_abs_diff_lmserve_vs_{peer}"
+    for ours_name, peer in AGREEMENT:
+        prefix = "" if ours_name == "lmserve" else f"{ours_name}_"  # lmserve's keys as before
+        worst, positions = _max_diff(outputs["score", ours_name], outputs["score", peer])
+        name = f"peers_logprob_max_abs_diff_{ours_name}_vs_{peer}"
         records.append(record(name, "nats", [worst], positions=positions))
-        agreement[f"logprob_max_abs_diff_nats_vs_{peer}"] = worst
-        ours, theirs = outputs["generate_16streams", "lmserve"], outputs["generate_16streams", peer]
+        agreement[f"{prefix}logprob_max_abs_diff_nats_vs_{peer}"] = worst
+        ours = outputs["generate_16streams", ours_name]
+        theirs = outputs["generate_16streams", peer]
         same = sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(ours)
-        name = f"peers_greedy_same_streams_lmserve_vs_{peer}"
+        name = f"peers_greedy_same_streams_{ours_name}_vs_{peer}"
         records.append(record(name, "fraction", [same], streams=len(ours)))
-        agreement[f"greedy_16streams_identical_vs_{peer}"] = same
+        agreement[f"{prefix}greedy_16streams_identical_vs_{peer}"] = same
     from lmserve.server.manifest import read_manifest
 
-    parity = read_manifest(built.lmserve).provenance.parity
+    parity = read_manifest(built.lmserve["lmserve"]).provenance.parity
+    quantization = read_manifest(built.lmserve["lmserve_int8"]).quantization
+    assert quantization is not None  # _current checked it
     report = {
         "name": "peers",
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -507,6 +559,7 @@ def main() -> None:
         "machine": machine(),
         "setup": setup,
         "lmserve_import_parity_nats": parity,
+        "lmserve_int8_quantization": quantization.model_dump(mode="json"),
         "summary": summary,
         "agreement": agreement,
         "records": records,
