@@ -21,16 +21,13 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.backends.base import FloatArray, Vocabulary
-from lmserve.server.backends.feed_groups import feed_in_groups
+from lmserve.server.backends.base import FloatArray
 from lmserve.server.backends.transformer import (
     Past,
     TransformerBackend,
     log_softmax,
 )
-from lmserve.server.errors import Unimplemented
-
-Lengths = npt.NDArray[np.int64]
+from lmserve.server.backends.transformer_stepping import Lengths, TransformerStepper
 
 
 @dataclass(frozen=True)
@@ -59,27 +56,8 @@ class KvState:
         return sum(int(p.nbytes) for p in self.past)
 
 
-class KvStepper:
+class KvStepper(TransformerStepper[TransformerBackend, KvState]):
     """Steps a `TransformerBackend` (see the module doc); natural-log probabilities."""
-
-    releases_gil = True  # ONNX Runtime computes without the GIL
-    costly_prompts = True  # every prompt token is a position of the graph
-
-    def __init__(self, backend: TransformerBackend, *, max_chunk_tokens: int = 512) -> None:
-        self.backend = backend
-        self.max_chunk_tokens = max_chunk_tokens
-
-    @property
-    def vocab(self) -> Vocabulary:
-        return self.backend.vocab
-
-    @property
-    def max_positions(self) -> int:
-        return self.backend.max_positions
-
-    @property
-    def bytes_per_position(self) -> int:
-        return self.backend.cache.bytes_per_position()
 
     def initial_state(self, batch: int) -> KvState:
         return KvState(self.backend.cache.empty(batch), np.zeros(batch, dtype=np.int64))
@@ -87,27 +65,6 @@ class KvStepper:
     def step(self, tokens: npt.ArrayLike, state: KvState) -> tuple[FloatArray, KvState]:
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
         return self._forward(ids, state)
-
-    def prefill(
-        self, prompts: Sequence[Sequence[int]], *, bos: bool = True
-    ) -> tuple[FloatArray, KvState]:
-        inputs = [([self.vocab.bos_id] if bos else []) + [int(t) for t in p] for p in prompts]
-        if any(not row for row in inputs):
-            raise Unimplemented("a transformer needs <s> or a prompt to predict from")
-        return self.feed(inputs, self.initial_state(len(inputs)))
-
-    def feed(self, chunks: Sequence[Sequence[int]], state: KvState) -> tuple[FloatArray, KvState]:
-        """Rows of equal chunk length read together (their new tokens need no padding)."""
-        if len(chunks) != state.batch:
-            raise ValueError(f"{len(chunks)} chunks for a state of {state.batch} rows")
-        return feed_in_groups(
-            chunks,
-            state,
-            window=self.max_chunk_tokens,
-            forward=self._forward,
-            select=self.select,
-            merge=self.merge,
-        )
 
     def _forward(self, ids: npt.NDArray[np.int64], state: KvState) -> tuple[FloatArray, KvState]:
         """Reads `ids` [B, T] after the cache: the log-probs after each row's last token."""
@@ -120,9 +77,6 @@ class KvStepper:
         # The model's own precision (float32), as the recurrent stepper's.
         log_probs = cast(FloatArray, log_softmax(logits[:, -1, :], len(self.vocab)))
         return log_probs, KvState(present, state.lengths + time)
-
-    def split(self, state: KvState) -> list[KvState]:
-        return [self.select(state, [i]) for i in range(state.batch)]
 
     def merge(self, states: Sequence[KvState]) -> KvState:
         if not states:
@@ -143,14 +97,7 @@ class KvStepper:
             merged.append(out)
         return KvState(tuple(merged), lengths)
 
-    def truncate(self, state: KvState, count: int) -> KvState:
-        """The state before each row's last `count` tokens: a cache holds every earlier
-        position, so going back needs no model call (a Complete session's backspace)."""
-        if count == 0:
-            return state
-        shortest = int(state.lengths.min()) if state.batch else 0
-        if not 0 < count <= shortest:
-            raise ValueError(f"cannot go back {count} tokens from lengths {state.lengths}")
+    def _truncated(self, state: KvState, count: int) -> KvState:
         width = state.width - count
         past = tuple(np.ascontiguousarray(p[:, :, :width]) for p in state.past)
         return KvState(past, state.lengths - count)

@@ -43,11 +43,10 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from lmserve.server.backends.base import FloatArray, Vocabulary
-from lmserve.server.backends.feed_groups import feed_in_groups
+from lmserve.server.backends.base import FloatArray
 from lmserve.server.backends.fused_transformer import FusedTransformerBackend
 from lmserve.server.backends.transformer import CacheShape, log_softmax
-from lmserve.server.errors import Unimplemented
+from lmserve.server.backends.transformer_stepping import TransformerStepper
 
 Index = npt.NDArray[np.int64]
 # Holes (pool rows in a step's block that no row of the batch uses) allowed before the batch
@@ -147,29 +146,13 @@ class SharedKvState:
         return int(self.lengths.sum()) * self.pool.shape.bytes_per_position()
 
 
-class SharedKvStepper:
+class SharedKvStepper(TransformerStepper[FusedTransformerBackend, SharedKvState]):
     """Steps a `FusedTransformerBackend` (see the module doc); natural-log probabilities."""
 
-    releases_gil = True  # ONNX Runtime computes without the GIL
-    costly_prompts = True  # every prompt token is a position of the graph
-
     def __init__(self, backend: FusedTransformerBackend, *, max_chunk_tokens: int = 512) -> None:
-        self.backend = backend
-        self.max_chunk_tokens = max_chunk_tokens
+        super().__init__(backend, max_chunk_tokens=max_chunk_tokens)
         # Every pool this stepper makes shares it: placement, calls and the live counts.
         self.lock = threading.RLock()
-
-    @property
-    def vocab(self) -> Vocabulary:
-        return self.backend.vocab
-
-    @property
-    def max_positions(self) -> int:
-        return self.backend.max_positions
-
-    @property
-    def bytes_per_position(self) -> int:
-        return self.backend.cache.bytes_per_position()
 
     def initial_state(self, batch: int) -> SharedKvState:
         pool = CachePool(self.backend.cache, batch, 0, self.lock)
@@ -184,34 +167,17 @@ class SharedKvStepper:
             raise ValueError(f"{len(ids)} tokens for a state of {state.batch} rows")
         return self._forward(ids, state)
 
-    def prefill(
-        self, prompts: Sequence[Sequence[int]], *, bos: bool = True
-    ) -> tuple[FloatArray, SharedKvState]:
-        inputs = [([self.vocab.bos_id] if bos else []) + [int(t) for t in p] for p in prompts]
-        if any(not row for row in inputs):
-            raise Unimplemented("a transformer needs <s> or a prompt to predict from")
-        return self.feed(inputs, self.initial_state(len(inputs)))
-
-    def feed(
+    def _read_chunks(
         self, chunks: Sequence[Sequence[int]], state: SharedKvState
     ) -> tuple[FloatArray, SharedKvState]:
         """Rows that start from nothing read in one call, right-padded; otherwise rows of
         equal chunk length together (`feed_in_groups`)."""
-        if len(chunks) != state.batch:
-            raise ValueError(f"{len(chunks)} chunks for a state of {state.batch} rows")
         if any(len(row) == 0 for row in chunks):
             raise ValueError("feed needs at least one token per row")
         widths = [len(row) for row in chunks]
         if not state.lengths.any() and max(widths) <= self.max_chunk_tokens:
             return self._prompt(chunks, state)
-        return feed_in_groups(
-            chunks,
-            state,
-            window=self.max_chunk_tokens,
-            forward=self._forward,
-            select=self.select,
-            merge=self.merge,
-        )
+        return super()._read_chunks(chunks, state)
 
     def _forward(self, ids: Index, state: SharedKvState) -> tuple[FloatArray, SharedKvState]:
         """`ids` [B, T] after each row's cache: the log-probs after each row's last token."""
@@ -329,9 +295,6 @@ class SharedKvStepper:
 
     # -- rows ----------------------------------------------------------------------------
 
-    def split(self, state: SharedKvState) -> list[SharedKvState]:
-        return [self.select(state, [i]) for i in range(state.batch)]
-
     def select(self, state: SharedKvState, rows: npt.ArrayLike) -> SharedKvState:
         """Rows `rows` (repeats allowed): nothing is copied."""
         index = np.asarray(rows, dtype=np.int64).reshape(-1)
@@ -376,12 +339,6 @@ class SharedKvStepper:
             lengths = np.concatenate([s.lengths for s in states])
             return SharedKvState(target, np.asarray(slots, dtype=np.int64), lengths)
 
-    def truncate(self, state: SharedKvState, count: int) -> SharedKvState:
-        """The state before each row's last `count` tokens: the same slots, shorter (a
-        Complete session's backspace); nothing is copied."""
-        if count == 0:
-            return state
-        shortest = int(state.lengths.min()) if state.batch else 0
-        if not 0 < count <= shortest:
-            raise ValueError(f"cannot go back {count} tokens from lengths {state.lengths}")
+    def _truncated(self, state: SharedKvState, count: int) -> SharedKvState:
+        """The same slots, shorter: nothing is copied."""
         return SharedKvState(state.pool, state.slots, state.lengths - count)
