@@ -19,11 +19,10 @@ raising, and the wrapped handler turns the marker into the error.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, NoReturn, TypeAlias, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -32,7 +31,7 @@ from grpc import aio
 from lmserve.server import errors
 from lmserve.server.call_context import current_call
 from lmserve.server.front.api.grpc_types import Context, Interceptor, MethodHandler, Wire
-from lmserve.server.front.api.observed_call import CallObserver
+from lmserve.server.front.api.observed_call import CallObserver, ObservedCall
 from lmserve.server.front.api.status_details import overload_status
 from lmserve.server.metrics import Metrics
 
@@ -92,6 +91,10 @@ class ServingInterceptor(Interceptor):
         self._observer = CallObserver(metrics, access_log=access_log)
         # Which front process answered (`fronts: N`), in the trailing metadata.
         self._front = str(front)
+        # Per full method name: the handler gRPC found and its wrapped one. A servicer's
+        # handlers are the same objects call after call, so each is wrapped once, not per call
+        # (a refused call's handler is new each time: it is wrapped on its own).
+        self._wrapped: dict[str, tuple[MethodHandler, MethodHandler]] = {}
 
     async def intercept_service(
         self,
@@ -101,76 +104,113 @@ class ServingInterceptor(Interceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        method = handler_call_details.method.rsplit("/", 1)[-1]
-        wrap = self._wrap_unary if not handler.response_streaming else self._wrap_streaming
+        full_name = handler_call_details.method
+        known = self._wrapped.get(full_name)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self._wrap_handler(full_name.rsplit("/", 1)[-1], handler)
+        self._wrapped[full_name] = (handler, wrapped)  # one entry per method the server has
+        return wrapped
+
+    def _wrap_handler(self, method: str, handler: MethodHandler) -> MethodHandler:
+        """`handler` with its behaviour served (`_serve`), undecodable requests refused and
+        prebuilt response bytes passed through."""
         deserializer = handler.request_deserializer
         message = _message_name(deserializer, method)
         # grpc-stubs types a handler's behaviour as a synchronous callable; under grpc.aio it is
         # a coroutine function or an async generator function of the same request (`Behavior`).
         factory: Callable[..., MethodHandler]
-        checked: Behavior[Incoming] | Behavior[AsyncIterator[Incoming]]
+        served: Behavior[Incoming] | Behavior[AsyncIterator[Incoming]]
         if handler.unary_unary:
             factory = grpc.unary_unary_rpc_method_handler
-            checked = _checking_requests(cast("Behavior[Wire]", handler.unary_unary), message)
+            served = self._serve(method, cast("Behavior[Wire]", handler.unary_unary), message)
         elif handler.stream_unary:
             factory = grpc.stream_unary_rpc_method_handler
             behavior = cast("Behavior[AsyncIterator[Wire]]", handler.stream_unary)
-            checked = _checking_stream(behavior, message)
+            served = self._serve(method, _checking_stream(behavior, message))
         elif handler.unary_stream:
             factory = grpc.unary_stream_rpc_method_handler
-            checked = _checking_requests(cast("Behavior[Wire]", handler.unary_stream), message)
+            served = self._serve(method, cast("Behavior[Wire]", handler.unary_stream), message)
         elif handler.stream_stream:
             factory = grpc.stream_stream_rpc_method_handler
             behavior = cast("Behavior[AsyncIterator[Wire]]", handler.stream_stream)
-            checked = _checking_stream(behavior, message)
+            served = self._serve(method, _checking_stream(behavior, message))
         else:
             return handler
         return factory(
-            wrap(method, checked),
+            served,
             request_deserializer=_lenient(deserializer, method),
             response_serializer=_passing_bytes(handler.response_serializer),
         )
 
-    @contextlib.asynccontextmanager
-    async def _serving(self, method: str, context: Context) -> AsyncIterator[None]:
-        """Around one RPC: the deadline check, in-flight gauge, error mapping and metrics.
+    def _serve(
+        self, method: str, behavior: Behavior[In], message: str | None = None
+    ) -> Behavior[In | _Undecodable]:
+        """`behavior` within one RPC's serving: the request id, the deadline check, in-flight
+        gauge, error mapping and metrics; with `message` (a unary request's full name), an
+        undecodable request refused as INVALID_ARGUMENT. A coroutine function for a unary
+        answer (or one written with `context.write`), an async generator function for a
+        stream. One frame per call, no context manager: this runs on every RPC.
 
         A failed RPC is counted before its status is sent: a caller that scrapes /metrics as
         soon as it has the error must find it counted (answers that succeed are counted before
         gRPC sends them, when the handler returns)."""
-        call = self._observer.start(method, _metadata_value(context, REQUEST_ID_KEY))
-        try:
-            trailing = ((REQUEST_ID_KEY, call.info.request_id), (FRONT_KEY, self._front))
+        start, front = self._observer.start, self._front
+
+        def begin(context: Context) -> tuple[ObservedCall, Trailing]:
+            call = start(method, _metadata_value(context, REQUEST_ID_KEY))
+            return call, ((REQUEST_ID_KEY, call.info.request_id), (FRONT_KEY, front))
+
+        def admit(request: In | _Undecodable, context: Context, trailing: Trailing) -> In:
             context.set_trailing_metadata(trailing)
             _check_deadline(context)
-            yield
-        except BaseException as exc:
-            code = _code_for(exc, context)
-            call.finish(code.name)
-            await _answer_failure(method, exc, code, context, trailing)
-        finally:
-            call.finish(grpc.StatusCode.OK.name)  # no-op after a failure
+            if isinstance(request, _Undecodable):
+                raise _undecodable(message or f"{method} request")
+            return request
 
-    def _wrap_unary(self, method: str, behavior: Behavior[In]) -> Behavior[In]:
-        # A unary answer's behaviour is a coroutine function (gRPC awaits it).
-        unary = cast("UnaryBehavior[In]", behavior)
+        if _streams(behavior):
+            stream = behavior
 
-        async def wrapped(request: In, context: Context) -> Wire | None:
-            async with self._serving(method, context):
-                return await unary(request, context)
+            async def streamed(request: In | _Undecodable, context: Context) -> AsyncIterator[Wire]:
+                call, trailing = begin(context)
+                try:
+                    async for response in stream(admit(request, context, trailing), context):
+                        yield response
+                except BaseException as exc:
+                    await _failed(call, method, exc, context, trailing)
+                finally:
+                    call.finish(_OK)  # no-op after a failure
 
-        return wrapped
+            return streamed
 
-    def _wrap_streaming(self, method: str, behavior: Behavior[In]) -> Behavior[In]:
-        if not _streams(behavior):
-            return self._wrap_unary(method, behavior)  # writes with context.write
+        unary = behavior
 
-        async def wrapped(request: In, context: Context) -> AsyncIterator[Wire]:
-            async with self._serving(method, context):
-                async for response in behavior(request, context):
-                    yield response
+        async def answered(request: In | _Undecodable, context: Context) -> Wire | None:
+            call, trailing = begin(context)
+            try:
+                return await unary(admit(request, context, trailing), context)
+            except BaseException as exc:
+                await _failed(call, method, exc, context, trailing)
+                raise  # not reached: `_failed` raises
+            finally:
+                call.finish(_OK)  # no-op after a failure
 
-        return wrapped
+        return answered
+
+
+# A call's trailing metadata: its request id and the front that answered.
+Trailing: TypeAlias = tuple[tuple[str, str], ...]
+_OK = grpc.StatusCode.OK.name
+
+
+async def _failed(
+    call: ObservedCall, method: str, exc: BaseException, context: Context, trailing: Trailing
+) -> NoReturn:
+    """Counts a failed call with its mapped code, then answers it (`_answer_failure`)."""
+    code = _code_for(exc, context)
+    call.finish(code.name)
+    await _answer_failure(method, exc, code, context, trailing)
+    raise exc  # not reached: `_answer_failure` aborts or re-raises
 
 
 def _metadata_value(context: Context, key: str) -> str | None:
@@ -228,11 +268,6 @@ def _checked(request: Incoming, message: str) -> Wire:
     if isinstance(request, _Undecodable):
         raise _undecodable(message)
     return request
-
-
-def _checking_requests(behavior: Behavior[Wire], message: str) -> Behavior[Incoming]:
-    """`behavior`, raising INVALID_ARGUMENT for an undecodable request."""
-    return _like(behavior, lambda request: _checked(request, message))
 
 
 def _checking_stream(
