@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import grpc
 import grpc.aio
@@ -30,7 +30,12 @@ from lmserve.client._channel import ChannelPlan, Targets
 from lmserve.client.complete import AsyncCompletionSession
 from lmserve.client.errors import ModelNotFoundError, from_rpc_error
 from lmserve.client.fuse import AsyncFuseSession
-from lmserve.client.lattices import LatticeText, RescoredLattices, lattice_request
+from lmserve.client.lattices import (
+    LatticeOptions,
+    LatticeText,
+    RescoredLattices,
+    lattice_request,
+)
 from lmserve.client.rerank_types import RerankedLists
 from lmserve.client.types import (
     BeamHypothesis,
@@ -267,33 +272,11 @@ class AsyncLmServeClient:
         model: str,
         lattices: Sequence[LatticeText],
         *,
-        words: str = "",
-        acoustic_scale: float = 1.0,
-        lm_weight: float = 1.0,
-        old_lm_weight: float = 0.0,
-        word_insertion_penalty: float = 0.0,
-        nbest: int = 1,
-        max_history: int | None = None,
-        beam: float | None = None,
-        return_lattice: bool = False,
-        bias: dict[str, float] | None = None,
         timeout: float | None = None,
+        **options: Unpack[LatticeOptions],
     ) -> RescoredLattices:
         """As `LmServeClient.rescore_lattice`."""
-        request = lattice_request(
-            model,
-            lattices,
-            words=words,
-            acoustic_scale=acoustic_scale,
-            lm_weight=lm_weight,
-            old_lm_weight=old_lm_weight,
-            word_insertion_penalty=word_insertion_penalty,
-            nbest=nbest,
-            max_history=max_history,
-            beam=beam,
-            return_lattice=return_lattice,
-            bias=bias,
-        )
+        request = lattice_request(model, lattices, **options)
         with rpc_errors():
             resp = await self._stub.RescoreLattice(request, timeout=self._t(timeout))
         return RescoredLattices.from_proto(resp)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import grpc
 
@@ -33,7 +33,12 @@ from lmserve.client.async_client import AsyncLmServeClient
 from lmserve.client.complete import CompletionSession
 from lmserve.client.errors import LmServeClientError, ModelNotFoundError, from_rpc_error
 from lmserve.client.fuse import FuseSession
-from lmserve.client.lattices import LatticeText, RescoredLattices, lattice_request
+from lmserve.client.lattices import (
+    LatticeOptions,
+    LatticeText,
+    RescoredLattices,
+    lattice_request,
+)
 from lmserve.client.rerank_types import RerankedLists
 from lmserve.client.types import (
     BeamHypothesis,
@@ -311,17 +316,8 @@ class LmServeClient:
         model: str,
         lattices: Sequence[LatticeText],
         *,
-        words: str = "",
-        acoustic_scale: float = 1.0,
-        lm_weight: float = 1.0,
-        old_lm_weight: float = 0.0,
-        word_insertion_penalty: float = 0.0,
-        nbest: int = 1,
-        max_history: int | None = None,
-        beam: float | None = None,
-        return_lattice: bool = False,
-        bias: dict[str, float] | None = None,
         timeout: float | None = None,
+        **options: Unpack[LatticeOptions],
     ) -> RescoredLattices:
         """Rescores word lattices (`LatticeText`: HTK SLF or Kaldi text) with the model: per
         lattice its `nbest` best paths by `acoustic_scale * acoustic + lm_weight * lm_log_prob
@@ -329,20 +325,7 @@ class LmServeClient:
         `return_lattice` the rescored lattice in its format. `words` is Kaldi's words.txt for
         lattices whose labels are ids; `max_history` merges a neural model's histories (the
         server's default when None), `beam` prunes. `bias` maps phrases to boosts."""
-        request = lattice_request(
-            model,
-            lattices,
-            words=words,
-            acoustic_scale=acoustic_scale,
-            lm_weight=lm_weight,
-            old_lm_weight=old_lm_weight,
-            word_insertion_penalty=word_insertion_penalty,
-            nbest=nbest,
-            max_history=max_history,
-            beam=beam,
-            return_lattice=return_lattice,
-            bias=bias,
-        )
+        request = lattice_request(model, lattices, **options)
         with rpc_errors():
             resp = self._stub.RescoreLattice(request, timeout=self._t(timeout))
         return RescoredLattices.from_proto(resp)

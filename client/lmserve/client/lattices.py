@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypedDict, Unpack
 
 from lmserve.v1 import lm_service_pb2 as pb
 
@@ -32,37 +33,44 @@ class LatticeText:
         return pb.Lattice(id=self.id, format=kind, text=self.text)
 
 
+class LatticeOptions(TypedDict, total=False):
+    """RescoreLattice's options, by keyword (see `LmServeClient.rescore_lattice`): named once
+    here for `lattice_request` and both clients; `OPTION_DEFAULTS` holds the defaults."""
+
+    words: str
+    acoustic_scale: float
+    lm_weight: float
+    old_lm_weight: float
+    word_insertion_penalty: float
+    nbest: int
+    max_history: int | None
+    beam: float | None
+    return_lattice: bool
+    bias: dict[str, float] | None
+
+
+# The options whose default is not the message's own (the rest: "", 0, false, unset).
+OPTION_DEFAULTS: LatticeOptions = {"acoustic_scale": 1.0, "lm_weight": 1.0, "nbest": 1}
+# Options that are left unset on the message when None (the server's default then).
+UNSET_WHEN_NONE = ("max_history", "beam")
+
+
 def lattice_request(
-    model: str,
-    lattices: Sequence[LatticeText],
-    *,
-    words: str = "",
-    acoustic_scale: float = 1.0,
-    lm_weight: float = 1.0,
-    old_lm_weight: float = 0.0,
-    word_insertion_penalty: float = 0.0,
-    nbest: int = 1,
-    max_history: int | None = None,
-    beam: float | None = None,
-    return_lattice: bool = False,
-    bias: dict[str, float] | None = None,
+    model: str, lattices: Sequence[LatticeText], **options: Unpack[LatticeOptions]
 ) -> pb.RescoreLatticeRequest:
-    """The request (see `LmServeClient.rescore_lattice`)."""
+    """The request (see `LmServeClient.rescore_lattice`); an unknown option is a TypeError,
+    as a keyword argument no function takes."""
+    unknown = sorted(set(options) - LatticeOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"rescore_lattice() got unexpected keyword arguments: {unknown}")
+    fields: dict[str, Any] = {**OPTION_DEFAULTS, **options}
+    bias = fields.pop("bias", None)
+    for name in UNSET_WHEN_NONE:
+        if fields.get(name) is None:
+            fields.pop(name, None)
     request = pb.RescoreLatticeRequest(
-        model=model,
-        lattices=[lattice.to_proto() for lattice in lattices],
-        words=words,
-        acoustic_scale=acoustic_scale,
-        lm_weight=lm_weight,
-        old_lm_weight=old_lm_weight,
-        word_insertion_penalty=word_insertion_penalty,
-        nbest=nbest,
-        return_lattice=return_lattice,
+        model=model, lattices=[lattice.to_proto() for lattice in lattices], **fields
     )
-    if max_history is not None:
-        request.max_history = max_history
-    if beam is not None:
-        request.beam = beam
     if bias:
         request.bias.CopyFrom(
             pb.BiasList(phrases=[pb.BiasPhrase(phrase=p, boost=b) for p, b in bias.items()])
