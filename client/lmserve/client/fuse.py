@@ -19,7 +19,7 @@ import asyncio
 import queue
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypedDict, Unpack
 
 import grpc
 import grpc.aio
@@ -67,34 +67,15 @@ class Fused:
         )
 
 
-def _request(
-    model: str,
-    bos: bool,
-    sequence: int,
-    extend: Iterable[Extension],
-    drop: Iterable[int],
-    query: Iterable[int],
-    candidate_ids: Iterable[int],
-    top_k: int,
-    end_log_prob: bool,
-) -> pb.FuseRequest:
-    request = pb.FuseRequest(
-        drop=list(drop),
-        query=list(query),
-        candidate_ids=list(candidate_ids),
-        top_k=top_k,
-        end_log_prob=end_log_prob,
-        sequence=sequence,
-    )
-    if sequence == 1:
-        request.model = model
-        request.options.bos = bos
-    for hid, parent, token in extend:
-        if isinstance(token, str):
-            request.extend.add(id=hid, parent=parent, token=token)
-        else:
-            request.extend.add(id=hid, parent=parent, token_id=token)
-    return request
+class StepOptions(TypedDict, total=False):
+    """A step's options besides `extend`, by keyword (see the module doc): named once here
+    for the sync and asyncio sessions' `step`."""
+
+    drop: Sequence[int]  # ids to release (their children stay)
+    query: Sequence[int]  # live ids to answer again
+    candidate_ids: Sequence[int]  # ids whose log P(c | hypothesis) each answer carries
+    top_k: int  # each answer's most probable next tokens
+    end_log_prob: bool  # each answer's log P(</s> | hypothesis)
 
 
 class _Stream:
@@ -108,27 +89,30 @@ class _Stream:
         self._sequence = 0
         self.live = 0  # hypotheses the server holds for this stream after the last step
 
-    def _next(
-        self,
-        extend: Sequence[Extension],
-        drop: Sequence[int],
-        query: Sequence[int],
-        candidate_ids: Sequence[int],
-        top_k: int,
-        end_log_prob: bool,
-    ) -> pb.FuseRequest:
+    def _next(self, extend: Iterable[Extension], options: StepOptions) -> pb.FuseRequest:
+        """The step's message; an unknown option is a TypeError, as a keyword argument no
+        function takes."""
+        unknown = sorted(set(options) - StepOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"step() got unexpected keyword arguments: {unknown}")
         self._sequence += 1
-        return _request(
-            self.model,
-            self.bos,
-            self._sequence,
-            extend,
-            drop,
-            query,
-            candidate_ids,
-            top_k,
-            end_log_prob,
+        request = pb.FuseRequest(
+            drop=list(options.get("drop", ())),
+            query=list(options.get("query", ())),
+            candidate_ids=list(options.get("candidate_ids", ())),
+            top_k=options.get("top_k", 0),
+            end_log_prob=options.get("end_log_prob", False),
+            sequence=self._sequence,
         )
+        if self._sequence == 1:
+            request.model = self.model
+            request.options.bos = self.bos
+        for hid, parent, token in extend:
+            if isinstance(token, str):
+                request.extend.add(id=hid, parent=parent, token=token)
+            else:
+                request.extend.add(id=hid, parent=parent, token_id=token)
+        return request
 
     def _answered(self, request: pb.FuseRequest, response: pb.FuseResponse) -> list[Fused]:
         self.live = response.live
@@ -146,15 +130,10 @@ class FuseSession(_Stream):
     def step(
         self,
         extend: Sequence[Extension] = (),
-        *,
-        drop: Sequence[int] = (),
-        query: Sequence[int] = (),
-        candidate_ids: Sequence[int] = (),
-        top_k: int = 0,
-        end_log_prob: bool = False,
+        **options: Unpack[StepOptions],
     ) -> list[Fused]:
         """One message; its answers: the extensions in order, then the queried ids."""
-        request = self._next(extend, drop, query, candidate_ids, top_k, end_log_prob)
+        request = self._next(extend, options)
         if self._call is None:
             self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
             self._call = self._method(iter(self._queue.get, self._END))
@@ -192,14 +171,9 @@ class AsyncFuseSession(_Stream):
     async def step(
         self,
         extend: Sequence[Extension] = (),
-        *,
-        drop: Sequence[int] = (),
-        query: Sequence[int] = (),
-        candidate_ids: Sequence[int] = (),
-        top_k: int = 0,
-        end_log_prob: bool = False,
+        **options: Unpack[StepOptions],
     ) -> list[Fused]:
-        request = self._next(extend, drop, query, candidate_ids, top_k, end_log_prob)
+        request = self._next(extend, options)
         if self._call is None:
             self._call = self._method()
         try:
