@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -23,10 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.stepping import State, Stepper
-from lmserve.server.errors import ModelUnavailable
 from lmserve.server.logging_setup import log_failure
 from lmserve.server.worker.foreground import Foreground
 from lmserve.server.worker.handoff import settle
+from lmserve.server.worker.model_thread import ModelThread
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ class _Advance:
     rebuild: list[int] | None = None
 
 
-class SessionSteps:
+class SessionSteps(ModelThread[_Advance]):
     """One model's session advances, batched on a worker thread (see the module doc)."""
 
     def __init__(
@@ -60,19 +59,13 @@ class SessionSteps:
         max_rows: int = 256,
         foreground: Foreground | None = None,
     ) -> None:
-        self.model = model
+        super().__init__(model, f"lmserve-sessions-{model}")
         # Generation steps of the same model wait while sessions step (a keystroke first).
         self._foreground = foreground or Foreground()
         self.stepper = stepper
         self.max_rows = max_rows
         self.calls = 0  # batched model calls made (tests)
-        self._waiting: deque[_Advance] = deque()
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread = threading.Thread(
-            target=self._run, name=f"lmserve-sessions-{model}", daemon=True
-        )
-        self._thread.start()
+        self._start()
 
     async def advance(self, state: State, tokens: list[int]) -> Advanced:
         """Feeds `tokens` from `state`; at least one token."""
@@ -89,25 +82,8 @@ class SessionSteps:
         return loop, loop.create_future()
 
     async def _submit(self, item: _Advance) -> Advanced:
-        with self._cond:
-            if self._closed:
-                raise ModelUnavailable(f"model {self.model!r} is shutting down")
-            self._waiting.append(item)
-            self._cond.notify()
+        self._enqueue(item)
         return await item.future
-
-    def close(self) -> None:
-        """Stops the worker after the call in flight; never blocks."""
-        with self._cond:
-            self._closed = True
-            waiting, self._waiting = list(self._waiting), deque()
-            self._cond.notify()
-        for item in waiting:
-            _resolve(item, ModelUnavailable(f"model {self.model!r} is shutting down"))
-
-    def join(self, timeout: float) -> None:
-        """Waits (at most `timeout` s) for the step in flight after `close`."""
-        self._thread.join(timeout)
 
     def _run(self) -> None:
         active: list[_Advance] = []

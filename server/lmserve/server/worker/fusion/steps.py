@@ -23,20 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.stepping import State, Stepper, WordLookup, word_lookup
-from lmserve.server.errors import ModelUnavailable
 from lmserve.server.logging_setup import log_failure
 from lmserve.server.shared.fusion import FuseAnswer
 from lmserve.server.worker.foreground import Foreground
 from lmserve.server.worker.fusion.answers import top_k
 from lmserve.server.worker.handoff import settle
+from lmserve.server.worker.model_thread import ModelThread
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +77,7 @@ class FusionJob:
     answer: FuseAnswer | None = None
 
 
-class FusionSteps:
+class FusionSteps(ModelThread[FusionJob]):
     """One model's fusion work, batched on a worker thread (see the module doc)."""
 
     def __init__(
@@ -90,7 +88,7 @@ class FusionSteps:
         max_rows: int = 256,
         foreground: Foreground | None = None,
     ) -> None:
-        self.model = model
+        super().__init__(model, f"lmserve-fusion-{model}")
         self.stepper = stepper
         # Exact lookups instead of distributions, where the stepper has them (n-gram).
         self.lookup = word_lookup(stepper)
@@ -99,37 +97,11 @@ class FusionSteps:
         self._foreground = foreground or Foreground()
         self.calls = 0  # stepper calls made (tests, benchmarks)
         self.rows = 0  # extensions stepped
-        self._waiting: deque[FusionJob] = deque()
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread: threading.Thread | None = None
 
     async def run(self, job: FusionJob) -> FusionJob:
         """Steps `job` with whatever else waits; returns it filled in."""
-        with self._cond:
-            if self._closed:
-                raise ModelUnavailable(f"model {self.model!r} is shutting down")
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name=f"lmserve-fusion-{self.model}", daemon=True
-                )
-                self._thread.start()
-            self._waiting.append(job)
-            self._cond.notify()
+        self._enqueue(job)
         return await job.future
-
-    def close(self) -> None:
-        """Stops the thread after the round in flight; never blocks."""
-        with self._cond:
-            self._closed = True
-            waiting, self._waiting = list(self._waiting), deque()
-            self._cond.notify()
-        for job in waiting:
-            settle(job.loop, job.future, ModelUnavailable(f"model {self.model!r} is shutting down"))
-
-    def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def _run(self) -> None:
         while True:
