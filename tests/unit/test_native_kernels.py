@@ -296,7 +296,60 @@ def test_text_encoder_native_equals_python() -> None:
             np.testing.assert_array_equal(got.ids, want.ids)
             np.testing.assert_array_equal(got.offsets, want.offsets)
             np.testing.assert_array_equal(got.oov, want.oov)
-    assert not TextEncoder(WordTokenizer(pattern=r"[a-z]+"), vocab).native
+
+
+def _assert_same_batch(got: EncodedBatch, want: EncodedBatch) -> None:
+    np.testing.assert_array_equal(got.ids, want.ids)
+    np.testing.assert_array_equal(got.offsets, want.offsets)
+    np.testing.assert_array_equal(got.oov, want.oov)
+    assert got.oov_counts is not None and got.oov_counts.tolist() == _oov_per_text(want)
+
+
+def test_wordindex_encode_words_equals_python_encoding() -> None:
+    """Words split elsewhere are each looked up whole: spaces, empty and NUL-bearing words, the
+    literal `<unk>` (an OOV, as KenLM counts it) and a lone surrogate (no UTF-8 form: unknown,
+    as the dict finds it) all as the Python reference encodes them."""
+    stems = ["x" * n for n in range(1, 20)] + ["ab\x00", "\x00", "é" * 4, "漢" * 3, "a b", " "]
+    words = ["<unk>", "<s>", "</s>", "the", "it's", "a\u00a0b", *stems]
+    vocab = Vocabulary.from_words(words)
+    index = wordindex_module.WordIndex(list(vocab.words), vocab.unk_id)
+    near = [w + "x" for w in stems] + [w[:-1] for w in stems if len(w) > 1]
+    pool = [*words, *near, "", "\ud800", "\ud800x" * 3, "THE", "<unk>"]
+    rng = random.Random(13)
+    for _ in range(300):
+        lists = [rng.choices(pool, k=rng.randrange(0, 12)) for _ in range(rng.randrange(0, 6))]
+        ids, offsets, oov, oov_counts = index.encode_words(lists)
+        got = EncodedBatch(
+            ids=np.frombuffer(ids, np.int32),
+            offsets=np.frombuffer(offsets, np.int64),
+            oov=np.frombuffer(oov, np.bool_),
+            oov_counts=np.frombuffer(oov_counts, np.int64),
+        )
+        _assert_same_batch(got, encode_token_lists(lists, vocab))
+    with pytest.raises(TypeError, match=r"token_lists\[1\]\[0\]"):
+        index.encode_words([["the"], [3]])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        index.encode_words([None])  # type: ignore[list-item]
+    fresh = wordindex_module.WordIndex.__new__(wordindex_module.WordIndex)
+    with pytest.raises(RuntimeError):
+        fresh.encode_words([["a"]])
+
+
+def test_text_encoder_regex_tokenizer_native_equals_python() -> None:
+    """A regex tokenizer (the KJV models': lowercase, `[a-z]+(?:'[a-z]+)*`) splits in Python and
+    encodes in C: the same batches as the Python path, for texts and for token lists."""
+    words = ["<unk>", "<s>", "</s>", "the", "é", "it's", "god", "said", "a\u00a0b"]
+    vocab = Vocabulary.from_words(words)
+    rng = random.Random(17)
+    for pattern in (r"[a-z]+(?:'[a-z]+)*", r"\S+", r"\w*"):
+        tokenizer = WordTokenizer(lowercase=True, pattern=pattern)
+        native, python = TextEncoder(tokenizer, vocab), TextEncoder(tokenizer, vocab, native=False)
+        assert native.native and not python.native
+        for _ in range(100):
+            texts = [_random_text(rng, words).upper() for _ in range(rng.randrange(0, 6))]
+            _assert_same_batch(native.encode_texts(texts), python.encode_texts(texts))
+            lists = tokenizer.split_batch(texts)
+            _assert_same_batch(native.encode_token_lists(lists), python.encode_token_lists(lists))
 
 
 def _final_slots(*keys: int) -> np.ndarray:

@@ -9,3 +9,6 @@ class WordIndex:
     def encode(
         self, texts: Sequence[str], /
     ) -> tuple[bytearray, bytearray, bytearray, bytearray]: ...
+    def encode_words(
+        self, token_lists: Sequence[Sequence[str]], /
+    ) -> tuple[bytearray, bytearray, bytearray, bytearray]: ...

@@ -7,7 +7,9 @@ send ordinary text), and then exactly the rule its training corpus was prepared 
 Whitespace is KenLM's (util::kSpaces): ASCII space, \t, \n, \r, \v, \f and nothing else; a
 no-break or other Unicode space stays inside a word (`str.split()` would split there: KenLM
 does not). `TextEncoder` splits and encodes a whole batch in one C call (`_wordindex.c`) for that
-rule; a regex-pattern tokenizer keeps the Python path.
+rule; a regex-pattern tokenizer splits in Python (`re.findall`) and the same C index encodes the
+words (`WordIndex.encode_words`), as it does a client's token lists. `encode_token_lists` below
+is the Python reference (and the path when the extension is not compiled).
 """
 
 from __future__ import annotations
@@ -81,8 +83,7 @@ class TextEncoder:
         self.tokenizer = tokenizer
         self.vocab = vocab
         self._index: _wordindex.WordIndex | None = None
-        # The C path covers the whitespace rule (after optional lowercasing), not a regex.
-        if native and _wordindex is not None and tokenizer.pattern is None:
+        if native and _wordindex is not None:
             self._index = _wordindex.WordIndex(list(vocab.words), vocab.unk_id)
 
     @property
@@ -93,16 +94,25 @@ class TextEncoder:
         """Splits with the tokenizer and maps words to ids (unknown -> unk, flagged OOV)."""
         if self._index is None:
             return encode_token_lists(self.tokenizer.split_batch(texts), self.vocab)
+        if self.tokenizer.pattern is not None:  # a regex splits: the words are encoded in C
+            return _encoded(self._index.encode_words(self.tokenizer.split_batch(texts)))
         if self.tokenizer.lowercase:
             texts = [t.lower() for t in texts]
-        ids, offsets, oov, oov_counts = self._index.encode(texts)
-        return EncodedBatch(
-            ids=np.frombuffer(ids, dtype=np.int32),
-            offsets=np.frombuffer(offsets, dtype=np.int64),
-            oov=np.frombuffer(oov, dtype=np.bool_),
-            oov_counts=np.frombuffer(oov_counts, dtype=np.int64),
-        )
+        return _encoded(self._index.encode(texts))
 
     def encode_token_lists(self, token_lists: Sequence[Sequence[str]]) -> EncodedBatch:
         """Already split words (taken as they are) -> ids."""
-        return encode_token_lists(token_lists, self.vocab)
+        if self._index is None:
+            return encode_token_lists(token_lists, self.vocab)
+        return _encoded(self._index.encode_words(token_lists))
+
+
+def _encoded(arrays: tuple[bytearray, bytearray, bytearray, bytearray]) -> EncodedBatch:
+    """The C index's four arrays (ids, offsets, oov, oov_counts) as an `EncodedBatch`."""
+    ids, offsets, oov, oov_counts = arrays
+    return EncodedBatch(
+        ids=np.frombuffer(ids, dtype=np.int32),
+        offsets=np.frombuffer(offsets, dtype=np.int64),
+        oov=np.frombuffer(oov, dtype=np.bool_),
+        oov_counts=np.frombuffer(oov_counts, dtype=np.int64),
+    )
