@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import FloatArray, Vocabulary
-from lmserve.server.backends.onnx import OnnxOptions, open_session
+from lmserve.server.backends.onnx import OnnxOptions
 from lmserve.server.backends.transformer import (
     MAX_PASS_LOGITS,
     CacheShape,
@@ -38,8 +38,8 @@ from lmserve.server.backends.transformer import (
     TransformerBackend,
     _gather,
     log_softmax,
-    past_names,
-    present_names,
+    logits_width,
+    open_graph,
 )
 from lmserve.server.errors import ModelLoadError
 
@@ -53,34 +53,17 @@ class FusedTransformerBackend(TransformerBackend):
     """A transformer LM whose graph writes its cache in place (see the module doc)."""
 
     def __init__(self, session: Any, cache: CacheShape, vocab: Vocabulary) -> None:
-        self.session = session
-        self.cache = cache
-        self._vocab = vocab
-        inputs = {i.name for i in session.get_inputs()}
-        self._feeds_positions = "position_ids" in inputs
-        self._past_names = past_names(cache.layers)
-        self._present_names = present_names(cache.layers)
         # The cache lives in numpy buffers the stepper pools (CPU), never on a device.
-        self.binds_cache = False
-        logits = next(o for o in session.get_outputs() if o.name == "logits")
-        width = logits.shape[-1] if logits.shape else None
-        self.logits_width = width if isinstance(width, int) else len(vocab)
+        super().__init__(session, cache, vocab, device_states="off")
+        width = logits_width(session)
+        self.logits_width = width if width is not None else len(vocab)
 
     @classmethod
     def load(
         cls, folder: Path, manifest: Any, options: OnnxOptions, vocab: Vocabulary
     ) -> FusedTransformerBackend:
-        from lmserve.server.manifest import read_json_object
-
-        config_path = manifest.file_path(folder, "config")
-        cache = CacheShape.from_config(read_json_object(config_path), str(config_path))
+        cache, session = open_graph(folder, manifest, options, ["input_ids", SEQLENS, TOTAL])
         where = manifest.file_path(folder, "graph")
-        session = open_session(
-            where,
-            options,
-            ["input_ids", SEQLENS, TOTAL, *past_names(cache.layers)],
-            {"logits": None, **{name: None for name in present_names(cache.layers)}},
-        )
         backend = cls(session, cache, vocab)
         if backend.logits_width < len(vocab):
             raise ModelLoadError(

@@ -106,6 +106,29 @@ def present_names(layers: int) -> list[str]:
     return [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
 
 
+def open_graph(
+    folder: Path, manifest: ModelManifest, options: OnnxOptions, inputs: list[str]
+) -> tuple[CacheShape, Any]:
+    """A transformer folder's cache (its `config.json`) and graph session, checked to read
+    `inputs` and every past and to write the logits and every present."""
+    config_path = manifest.file_path(folder, "config")
+    cache = CacheShape.from_config(read_json_object(config_path), str(config_path))
+    session = open_session(
+        manifest.file_path(folder, "graph"),
+        options,
+        [*inputs, *past_names(cache.layers)],
+        {"logits": None, **{name: None for name in present_names(cache.layers)}},
+    )
+    return cache, session
+
+
+def logits_width(session: Any) -> int | None:
+    """The logits' last dimension as the graph states it (None when symbolic)."""
+    logits = next(o for o in session.get_outputs() if o.name == "logits")
+    width = logits.shape[-1] if logits.shape else None
+    return width if isinstance(width, int) else None
+
+
 def log_softmax(logits: Floats, size: int) -> Floats:
     """Natural-log probabilities over the last axis, normalised over every logit the model
     has and cut to the vocabulary's `size` (a checkpoint may pad its output past the
@@ -158,15 +181,8 @@ class TransformerBackend:
     def load(
         cls, folder: Path, manifest: ModelManifest, options: OnnxOptions, vocab: Vocabulary
     ) -> TransformerBackend:
-        config_path = manifest.file_path(folder, "config")
-        cache = CacheShape.from_config(read_json_object(config_path), str(config_path))
+        cache, session = open_graph(folder, manifest, options, ["input_ids", "attention_mask"])
         names = past_names(cache.layers)
-        session = open_session(
-            manifest.file_path(folder, "graph"),
-            options,
-            ["input_ids", "attention_mask", *names],
-            {"logits": None, **{name: None for name in present_names(cache.layers)}},
-        )
         for arg in session.get_inputs():
             if arg.name in names and arg.type not in CACHE_DTYPES:
                 raise ModelLoadError(
@@ -176,9 +192,8 @@ class TransformerBackend:
                 )
             if arg.name in names:
                 cache = replace(cache, dtype=CACHE_DTYPES[arg.type])
-        logits = next(o for o in session.get_outputs() if o.name == "logits")
-        width = logits.shape[-1] if logits.shape else None
-        if isinstance(width, int) and width < len(vocab):
+        width = logits_width(session)
+        if width is not None and width < len(vocab):
             raise ModelLoadError(
                 str(folder / manifest.files["graph"].path),
                 f"logits have {width} entries, the tokenizer has {len(vocab)} tokens",
