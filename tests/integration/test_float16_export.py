@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from hf_models import CORPUS, checkpoint
+from quantized import served_client, token_log_probs
 from served import ServerFactory
 
 from lmserve.client import GeneratedToken, LmServeClient
@@ -46,14 +47,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(serve: ServerFactory, repository: Path) -> Iterator[LmServeClient]:
-    server = serve(repository)
-    with LmServeClient(server.address, timeout=60) as c:
-        yield c
-
-
-def _token_log_probs(client: LmServeClient, model: str, texts: list[str]) -> np.ndarray:
-    results = client.score(model, texts, return_tokens=True)
-    return np.array([t.log_prob for r in results for t in r.tokens or ()], dtype=np.float64)
+    yield from served_client(serve, repository)
 
 
 def _loaded(folder: Path) -> Any:
@@ -69,8 +63,8 @@ def test_the_recorded_error_is_the_served_difference(
     recorded = read_manifest(repository / f"{arch}-float16").quantization
     assert recorded is not None
     assert (recorded.method, recorded.weights) == ("float16", "float16")
-    floats = _token_log_probs(client, arch, CORPUS)
-    halves = _token_log_probs(client, f"{arch}-float16", CORPUS)
+    floats = token_log_probs(client, arch, CORPUS)
+    halves = token_log_probs(client, f"{arch}-float16", CORPUS)
     measured = float(np.max(np.abs(halves - floats)))
     assert 0 < measured <= recorded.max_token_error_bound  # float16 moves something, in bound
     assert measured == pytest.approx(recorded.max_token_error, rel=1e-3, abs=2e-6)

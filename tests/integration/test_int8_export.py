@@ -20,6 +20,7 @@ from brought_models import VOCAB as BROUGHT_VOCAB
 from hf_models import CORPUS, checkpoint
 from neural_folders import VOCAB as RNN_VOCAB
 from neural_folders import tiny_model
+from quantized import served_client, token_log_probs
 from served import ServerFactory
 
 from lmserve.client import LmServeClient
@@ -95,14 +96,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(serve: ServerFactory, repository: Path) -> Iterator[LmServeClient]:
-    server = serve(repository)
-    with LmServeClient(server.address, timeout=60) as c:
-        yield c
-
-
-def _token_log_probs(client: LmServeClient, model: str, texts: list[str]) -> np.ndarray:
-    results = client.score(model, texts, return_tokens=True)
-    return np.array([t.log_prob for r in results for t in r.tokens or ()], dtype=np.float64)
+    yield from served_client(serve, repository)
 
 
 @pytest.mark.parametrize("model", sorted(PAIRS))
@@ -112,8 +106,8 @@ def test_the_recorded_error_is_the_served_difference(
     float_name, texts = PAIRS[model]
     recorded = read_manifest(repository / f"{model}-int8").quantization
     assert recorded is not None
-    floats = _token_log_probs(client, float_name, list(texts))
-    int8s = _token_log_probs(client, f"{model}-int8", list(texts))
+    floats = token_log_probs(client, float_name, list(texts))
+    int8s = token_log_probs(client, f"{model}-int8", list(texts))
     measured = float(np.max(np.abs(int8s - floats)))
     assert 0 < measured <= recorded.max_token_error_bound
     assert measured == pytest.approx(recorded.max_token_error, rel=1e-3, abs=2e-6)
