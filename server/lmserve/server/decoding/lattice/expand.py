@@ -305,6 +305,15 @@ class LatticeExpansion:
             yield from self._expand_by_steps()
         self._finish()
 
+    def _wave_members(self) -> Iterator[list[int]]:
+        """Each wave's states in turn (pruned; empty waves skipped), taken when its turn
+        comes: the earlier waves' arcs add to the later ones."""
+        last_wave = max(self._wave) if self._wave else 0
+        for w in range(last_wave + 1):
+            members = self._by_wave.pop(w, [])
+            if members:
+                yield self._pruned(self._states, members)
+
     def _expand_by_steps(self) -> Iterator[None]:
         """Each wave's new states stepped from their best history's model state (one batched
         step), arcs scored from the distributions."""
@@ -321,12 +330,7 @@ class LatticeExpansion:
         self._by_wave[0] = [root]
         yield
 
-        last_wave = max(self._wave) if self._wave else 0
-        for w in range(last_wave + 1):
-            members = self._by_wave.pop(w, [])
-            if not members:
-                continue
-            members = self._pruned(states, members)
+        for members in self._wave_members():
             # 1. Each new state's model state and next-token distribution: one batched step
             #    from its best history's state with its last token.
             dists: dict[int, FloatArray] = {}
@@ -391,12 +395,7 @@ class LatticeExpansion:
         root = states.add(lat.start, (), 0, 0.0, (root_state, -1, None))
         self._index[(lat.start, root_state)] = root
         self._by_wave[0] = [root]
-        last_wave = max(self._wave) if self._wave else 0
-        for w in range(last_wave + 1):
-            members = self._by_wave.pop(w, [])
-            if not members:
-                continue
-            members = self._pruned(states, members)
+        for members in self._wave_members():
             rows_states: list[LookupState] = []
             rows_tokens: list[int] = []
             ends: list[tuple[int, int]] = []  # (index in final_lm, row of its `</s>`)
