@@ -6,9 +6,11 @@ server that answers Score at once with an empty message, unloaded, one caller, i
 Both are called the same way (one plain grpcio channel, the request's bytes built once, the
 answer's bytes not parsed), so the ratio is what lmserve adds to the least any grpcio server
 costs a call: tokenizing, the limits, scoring and building the answer (and, for a model scored
-in its engine worker, the hop there and back). Prints JSON records: each side's p50 and p99 in
-ms and the server's CPU per call, and the p50 ratio of each run (lmserve / canned), medians over
-the runs.
+in its engine worker, the hop there and back). A third server in the same runs, the canned one
+with `--serving` (the request parsed, lmserve's serving interceptor), splits that between the
+transport layer and the Score path. Prints JSON records: each server's p50 and p99 in ms and its
+CPU per call, and the p50 ratio of each run (lmserve / canned, and canned_serving / canned),
+medians over the runs.
 """
 
 from __future__ import annotations
@@ -69,21 +71,23 @@ def main() -> None:
     parser.add_argument("--text", default="and god said let there be light")
     args = parser.parse_args()
     request = pb.ScoreRequest(model=MODEL, texts=[args.text]).SerializeToString()
-    port = free_port()
-    canned = subprocess.Popen(
-        [sys.executable, str(BENCH_DIR / "canned_stream_server.py"), str(port)]
-    )
+    port, serving_port = free_port(), free_port()
+    script = str(BENCH_DIR / "canned_stream_server.py")
+    canned = subprocess.Popen([sys.executable, script, str(port)])
+    canned_serving = subprocess.Popen([sys.executable, script, str(serving_port), "--serving"])
     repository = linked_repository("score-floor", default_model(DEFAULT_NGRAM))
+    names = ("lmserve", "canned", "canned_serving")
     try:
         with ServerProcess(repository) as server:
-            served: dict[str, list[float]] = {"lmserve": [], "canned": []}
-            cpu: dict[str, list[float]] = {"lmserve": [], "canned": []}
-            p99: dict[str, list[float]] = {"lmserve": [], "canned": []}
-            ratios = []
+            served: dict[str, list[float]] = {name: [] for name in names}
+            cpu: dict[str, list[float]] = {name: [] for name in names}
+            p99: dict[str, list[float]] = {name: [] for name in names}
+            ratios, serving_ratios = [], []
             for run in range(args.runs):
                 for name, target, pid in (
                     ("lmserve", server.target, server.pid),
                     ("canned", f"127.0.0.1:{port}", canned.pid),
+                    ("canned_serving", f"127.0.0.1:{serving_port}", canned_serving.pid),
                 ):
                     before = _cpu([pid])
                     times = _latencies(target, request, args.calls)
@@ -91,11 +95,16 @@ def main() -> None:
                     served[name].append(percentile(times, 50) * 1e3)
                     p99[name].append(percentile(times, 99) * 1e3)
                 ratios.append(served["lmserve"][-1] / served["canned"][-1])
-                log(f"run {run}: p50 {served['lmserve'][-1]:.3f} ms vs {served['canned'][-1]:.3f}")
+                serving_ratios.append(served["canned_serving"][-1] / served["canned"][-1])
+                log(
+                    f"run {run}: p50 {served['lmserve'][-1]:.3f} ms vs {served['canned'][-1]:.3f}"
+                    f" (canned with serving {served['canned_serving'][-1]:.3f})"
+                )
     finally:
-        canned.terminate()
-        canned.wait(timeout=30)
-    for name in ("lmserve", "canned"):
+        for process in (canned, canned_serving):
+            process.terminate()
+            process.wait(timeout=30)
+    for name in names:
         emit(record(f"score_floor_{name}_p50_ms", "ms", served[name]))
         emit(record(f"score_floor_{name}_p99_ms", "ms", p99[name]))
         emit(record(f"score_floor_{name}_server_cpu_us_per_call", "us", cpu[name]))
@@ -105,6 +114,15 @@ def main() -> None:
             "ratio",
             ratios,
             note=f"lmserve p50 / canned p50 per run ({MODEL}, one text: {args.text!r})",
+        )
+    )
+    emit(
+        record(
+            "score_floor_serving_p50_ratio",
+            "ratio",
+            serving_ratios,
+            note="canned server with the request parsed and lmserve's serving interceptor, "
+            "p50 / canned p50 per run",
         )
     )
     log(f"median p50 ratio {statistics.median(ratios):.2f}")

@@ -9,7 +9,9 @@ here, per message, is what grpcio itself costs the server and the client, the le
 server built on it can pay (`bench_generate_bound.py`). With `--period`, each message waits that
 long after the previous one: a stream at the pace of a model step, to run beside one.
 `Score` answers at once with an empty response: a small request's own floor beside those
-streams (`bench_soak_floor.py`).
+streams (`bench_soak_floor.py`). With `--serving`, Score's request is parsed and the call goes
+through lmserve's serving interceptor (request id, deadline, metrics, error mapping): what the
+front's transport layer costs before any model work (`bench_score_floor.py`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def _finished_message(tokens: int) -> bytes:
     return pb.GenerateResponse(finished=finished).SerializeToString()
 
 
-async def serve(port: int, period: float = 0.0) -> None:
+async def serve(port: int, period: float = 0.0, serving: bool = False) -> None:
     token = _token_message()
 
     async def generate(request: bytes, context: aio.ServicerContext) -> AsyncIterator[bytes]:
@@ -62,19 +64,34 @@ async def serve(port: int, period: float = 0.0) -> None:
         SERVICE,
         {  # bytes in, bytes out
             METHOD: grpc.unary_stream_rpc_method_handler(generate),
-            SCORE_METHOD: grpc.unary_unary_rpc_method_handler(score),
+            SCORE_METHOD: grpc.unary_unary_rpc_method_handler(
+                score, request_deserializer=pb.ScoreRequest.FromString if serving else None
+            ),
         },
     )
-    server = aio.server()
+    server = aio.server(interceptors=_serving_interceptors() if serving else None)
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
 
 
+def _serving_interceptors() -> list[aio.ServerInterceptor]:
+    """lmserve's serving interceptor, as the server installs it (its own metrics registry)."""
+    from prometheus_client import CollectorRegistry
+
+    from lmserve.server.front.api.interceptors import ServingInterceptor
+    from lmserve.server.metrics import Metrics
+
+    return [ServingInterceptor(Metrics(CollectorRegistry()))]
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("port", type=int)
     parser.add_argument("--period", type=float, default=0.0, help="seconds between messages")
+    parser.add_argument(
+        "--serving", action="store_true", help="parse Score requests, lmserve's interceptor"
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.period))
+    asyncio.run(serve(args.port, args.period, args.serving))
