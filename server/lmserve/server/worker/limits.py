@@ -5,9 +5,9 @@
 
 `Settings` owns every limit and its default (its groups `RequestLimits`, `ScoringSettings`,
 `GenerationLimits`, `SessionSettings`, `FusionSettings`); this holds the groups' values alone,
-which is what an engine worker is sent (`WorkerSpec`), never the whole settings. The API layer validates
-requests against `requests` (and `generation` for decoding knobs); the engine sizes its work by
-`scoring`, `generation` and `sessions`.
+which is what an engine worker is sent (`WorkerSpec`), never the whole settings. The API layer
+validates requests against `requests` (and `generation` for decoding knobs); the engine sizes
+its work by `scoring`, `generation`, `sessions` and `fusion`.
 """
 
 from __future__ import annotations
