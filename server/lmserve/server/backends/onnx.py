@@ -165,20 +165,14 @@ class OnnxBackend(RecurrentBackend):
         """The step with I/O binding: states that are `DeviceState`s go in as they are, numpy
         ones are copied in; the log-probs come to the host (sampling reads them there), the new
         states stay on the device."""
-        binding = self._step.io_binding()
-        binding.bind_cpu_input("tokens", tokens)
-        for name, s in zip(self.spec.state_names, state, strict=True):
-            if isinstance(s, DeviceState):
-                binding.bind_ortvalue_input(name, s.value)
-            else:
-                binding.bind_cpu_input(name, np.ascontiguousarray(s))
-        binding.bind_output("log_probs", "cpu")
-        for name in self._state_outputs:
-            binding.bind_output(name, self._state_device)
-        self._step.run_with_iobinding(binding)
-        out = binding.get_outputs()
-        # Duck-typed arrays: the state contract's numpy readers see them as numpy (`__array__`).
-        return out[0].numpy(), tuple(cast(npt.NDArray[Any], DeviceState(v)) for v in out[1:])
+        return run_bound(
+            self._step,
+            {"tokens": tokens},
+            dict(zip(self.spec.state_names, state, strict=True)),
+            "log_probs",
+            self._state_outputs,
+            self._state_device,
+        )
 
     def _run_score(
         self, tokens: TokenArray, targets: TokenArray, state: RecurrentState
@@ -186,6 +180,34 @@ class OnnxBackend(RecurrentBackend):
         feeds = {"tokens": tokens, "targets": targets, **self._feeds(state)}
         out = self._score.run(self._score_outputs, feeds)
         return out[0], tuple(out[1:])
+
+
+def run_bound(
+    session: Any,
+    host_inputs: dict[str, npt.NDArray[Any]],
+    states: dict[str, npt.NDArray[Any]],
+    host_output: str,
+    state_outputs: list[str],
+    device: str,
+) -> tuple[npt.NDArray[Any], tuple[npt.NDArray[Any], ...]]:
+    """One call with I/O binding, the way a step keeps its states on the session's device:
+    states that are `DeviceState`s (the last call's outputs) are bound where they lie, numpy
+    ones are copied in; `host_output` comes to the host, the `state_outputs` stay on `device`
+    and come back as `DeviceState`s (duck-typed arrays: numpy readers see them as numpy)."""
+    binding = session.io_binding()
+    for name, array in host_inputs.items():
+        binding.bind_cpu_input(name, np.ascontiguousarray(array))
+    for name, state in states.items():
+        if isinstance(state, DeviceState):
+            binding.bind_ortvalue_input(name, state.value)
+        else:
+            binding.bind_cpu_input(name, np.ascontiguousarray(state))
+    binding.bind_output(host_output, "cpu")
+    for name in state_outputs:
+        binding.bind_output(name, device)
+    session.run_with_iobinding(binding)
+    first, *rest = binding.get_outputs()
+    return first.numpy(), tuple(cast(npt.NDArray[Any], DeviceState(v)) for v in rest)
 
 
 def open_session(

@@ -22,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
-from lmserve.server.backends.onnx import DeviceState, OnnxOptions, open_session
+from lmserve.server.backends.onnx import OnnxOptions, open_session, run_bound
 from lmserve.server.backends.positions import Positions
 from lmserve.server.backends.segments import segment_sums
 from lmserve.server.errors import ModelLoadError, Unimplemented
@@ -219,24 +219,18 @@ class TransformerBackend:
         """`forward` with I/O binding: a cache that is a `DeviceState` (the last call's
         present) is bound where it lies, a numpy one is copied in; the new cache stays on the
         device and only the logits come to the host."""
-        binding = self.session.io_binding()
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids))
-        binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask))
+        feed: dict[str, npt.NDArray[Any]] = {"input_ids": ids, "attention_mask": mask}
         if self._feeds_positions:
-            binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
-        for name, array in zip(self._past_names, past, strict=True):
-            if isinstance(array, DeviceState):
-                binding.bind_ortvalue_input(name, array.value)
-            else:
-                binding.bind_cpu_input(name, np.ascontiguousarray(array))
-        binding.bind_output("logits", "cpu")
-        for name in self._present_names:
-            binding.bind_output(name, self._cache_device)
-        self.session.run_with_iobinding(binding)
-        logits, *present = binding.get_outputs()
-        # Duck-typed arrays: the steppers' numpy readers see them as numpy (`__array__`).
-        cache = tuple(cast(Floats, DeviceState(value)) for value in present)
-        return np.asarray(logits.numpy(), dtype=np.float32), cache
+            feed["position_ids"] = positions
+        logits, cache = run_bound(
+            self.session,
+            feed,
+            dict(zip(self._past_names, past, strict=True)),
+            "logits",
+            self._present_names,
+            self._cache_device,
+        )
+        return np.asarray(logits, dtype=np.float32), cache
 
     # -- scoring -------------------------------------------------------------------------
 
