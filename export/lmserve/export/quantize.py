@@ -312,14 +312,20 @@ def _quantize_graphs(
             raise QuantizationError(f"shared weights in {shared.path}, expected {WEIGHTS_FILE}")
         write_shared_weights(quantized, folder / WEIGHTS_FILE)
     for key, model in zip(keys, quantized, strict=True):
-        path = folder / manifest.files[key].path
-        path.write_bytes(model.SerializeToString())
-        # ONNX Runtime's SimplifiedLayerNormalization (an optimized Llama's RMSNorm,
-        # `hf.optimize`) is in ONNX's own domain but not ONNX's: the checker refuses it, and
-        # the measurement after this loads the graph in ONNX Runtime, the check that matters.
-        if all(onnx.defs.has(n.op_type, n.domain) for n in model.graph.node if not n.domain):
-            onnx.checker.check_model(str(path), full_check=True)
+        _write_checked(model, folder / manifest.files[key].path)
     return sorted(ops), nodes
+
+
+def _write_checked(model: Any, path: Path) -> None:
+    """Writes a rewritten graph and runs ONNX's checker on it. ONNX Runtime's
+    SimplifiedLayerNormalization (an optimized Llama's RMSNorm, `hf.optimize`) is in ONNX's own
+    domain but not ONNX's: the checker refuses it, so a graph holding one is not checked here;
+    the measurement after this loads every graph in ONNX Runtime, the check that matters."""
+    import onnx
+
+    path.write_bytes(model.SerializeToString())
+    if all(onnx.defs.has(n.op_type, n.domain) for n in model.graph.node if not n.domain):
+        onnx.checker.check_model(str(path), full_check=True)
 
 
 def _float16_graphs(
@@ -359,23 +365,8 @@ def _float16_graphs(
                 )
         except Exception as exc:  # the converter's own errors on an unusual graph
             raise QuantizationError(f"{path.name}: cannot be converted ({exc})") from exc
-        _import_node_domains(converted)
-        # No onnx.checker here: ONNX Runtime's fused ops (RMSNorm as SimplifiedLayerNormalization
-        # in the default domain) are not ONNX's, and the checker refuses them. The measurement
-        # after this loads the graph in ONNX Runtime, which is the check that matters.
-        path.write_bytes(converted.SerializeToString())
+        _write_checked(converted, path)
     return sorted(ops), nodes
-
-
-def _import_node_domains(model: Any) -> None:
-    """Declares every operator domain the graph's nodes use (ONNX Runtime's fused ops are
-    com.microsoft's; the transformer optimizer leaves the import out and ONNX's checker
-    refuses a graph without it)."""
-    from onnx import helper
-
-    declared = {entry.domain for entry in model.opset_import}
-    for domain in sorted({node.domain for node in model.graph.node} - declared - {"ai.onnx"}):
-        model.opset_import.append(helper.make_opsetid(domain, 1))
 
 
 @contextmanager
