@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 
-from lmserve.server.errors import InvalidArgument, RequestTooLarge
+from lmserve.server.errors import InvalidArgument, RequestTooLarge, clip_repr
 from lmserve.server.front.api.model_use import same_model, use_model
 from lmserve.server.front.models.served_model import ServedModel
 from lmserve.server.front.models.served_models import ServedModels
@@ -85,7 +85,7 @@ def fuse_step(
             if token is None:
                 raise InvalidArgument(
                     f"extend[{i}].token",
-                    f"{ext.token[:100]!r} is not in model {served.name!r}'s vocabulary",
+                    f"{clip_repr(ext.token)} is not in model {served.name!r}'s vocabulary",
                 )
         else:
             token = _in_vocabulary(f"extend[{i}].token_id", ext.token_id, size)
