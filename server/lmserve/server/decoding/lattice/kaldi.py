@@ -88,12 +88,9 @@ def read_kaldi(text: str, symbols: dict[int, str] | None = None) -> LatticeGraph
             first_state = _state(parts[0], number)
         if len(parts) in (1, 2):
             state = _state(parts[0], number)
-            ac_old = (0.0, 0.0, "")
-            if len(parts) == 2:
-                old, ac, ids = _weight(parts[1], number)
-                ac_old = (ac, old, ids)
-            finals[state] = (ac_old[0], ac_old[1])
-            final_ids[state] = ac_old[2]
+            old, ac, ids = _weight(parts[1], number) if len(parts) == 2 else (0.0, 0.0, "")
+            finals[state] = (ac, old)
+            final_ids[state] = ids
             continue
         if len(parts) > 5:
             raise LatticeSyntaxError("an arc line has at most 5 fields", number, raw)
