@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from lmserve.export.hf.parity import Parity
-from lmserve.export.parity import log_softmax
+from lmserve.export.parity import log_softmax, max_abs_diff
 from lmserve.server.backends.fused_transformer import FusedTransformerBackend
 from lmserve.server.backends.shared_kv_stepping import SharedKvStepper
 from lmserve.server.backends.transformer import CacheShape
@@ -42,8 +42,8 @@ def check_fused_parity(
             logits = model(torch.tensor([text], dtype=torch.long)).logits.numpy()
         references.append(log_softmax(logits)[0])
 
-    def diff(got: Any, want: Any) -> float:
-        return float(np.abs(np.asarray(got, dtype=np.float64) - want).max())
+    def diff(got: Any, want: Any) -> float:  # the shapes must agree: no broadcasting
+        return max_abs_diff(np.asarray(got), want)
 
     logits = backend.prompt_pass(texts)
     one_pass = max(
