@@ -49,6 +49,16 @@ SEQLENS = "seqlens_k"
 TOTAL = "total_sequence_length"
 
 
+def right_padded(rows: Sequence[Sequence[int]]) -> tuple[Ids, Ids]:
+    """Rows of ids as one [B, longest] array, right-padded with 0 (the op writes the padding
+    but never reads it), and each row's length."""
+    lengths = np.asarray([len(r) for r in rows], dtype=np.int64)
+    ids = np.zeros((len(rows), int(lengths.max())), dtype=np.int64)
+    for k, row in enumerate(rows):
+        ids[k, : len(row)] = row
+    return ids, lengths
+
+
 class FusedTransformerBackend(TransformerBackend):
     """A transformer LM whose graph writes its cache in place (see the module doc)."""
 
@@ -111,11 +121,8 @@ class FusedTransformerBackend(TransformerBackend):
 
     def prompt_pass(self, rows: Sequence[Sequence[int]]) -> Floats:
         """Logits of each row read from nothing, in one call (rows right-padded)."""
-        lengths = np.asarray([len(r) for r in rows], dtype=np.int64)
-        width = int(lengths.max())
-        ids = np.zeros((len(rows), width), dtype=np.int64)
-        for k, row in enumerate(rows):
-            ids[k, : len(row)] = row
+        ids, lengths = right_padded(rows)
+        width = ids.shape[1]
         shape = (len(rows), self.cache.kv_heads, width, self.cache.head_dim)
         caches = [np.empty(shape, dtype=np.float32) for _ in range(2 * self.cache.layers)]
         positions = np.broadcast_to(np.arange(width, dtype=np.int64), ids.shape)

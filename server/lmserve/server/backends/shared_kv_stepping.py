@@ -38,13 +38,13 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import FloatArray
-from lmserve.server.backends.fused_transformer import FusedTransformerBackend
+from lmserve.server.backends.fused_transformer import FusedTransformerBackend, right_padded
 from lmserve.server.backends.transformer import CacheShape, log_softmax
 from lmserve.server.backends.transformer_stepping import TransformerStepper
 
@@ -161,7 +161,7 @@ class SharedKvStepper(TransformerStepper[FusedTransformerBackend, SharedKvState]
 
     # -- reading tokens ----------------------------------------------------------------
 
-    def step(self, tokens: npt.ArrayLike, state: SharedKvState) -> tuple[FloatArray, Any]:
+    def step(self, tokens: npt.ArrayLike, state: SharedKvState) -> tuple[FloatArray, SharedKvState]:
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
         if len(ids) != state.batch:
             raise ValueError(f"{len(ids)} tokens for a state of {state.batch} rows")
@@ -199,10 +199,7 @@ class SharedKvStepper(TransformerStepper[FusedTransformerBackend, SharedKvState]
     def _prompt(
         self, chunks: Sequence[Sequence[int]], state: SharedKvState
     ) -> tuple[FloatArray, SharedKvState]:
-        widths = np.asarray([len(row) for row in chunks], dtype=np.int64)
-        ids = np.zeros((len(chunks), int(widths.max())), dtype=np.int64)
-        for k, row in enumerate(chunks):
-            ids[k, : len(row)] = row
+        ids, widths = right_padded(chunks)
         return self._block(ids, widths, state)
 
     def _block(
