@@ -284,7 +284,7 @@ def _checking_stream(
 
 def _like(behavior: Behavior[In], adapt: Callable[[Out], In]) -> Behavior[Out]:
     """`behavior` taking its request through `adapt`, an async generator function when
-    `behavior` is one (`_wrap_streaming` looks)."""
+    `behavior` is one (`_streams` looks)."""
     if not _streams(behavior):
 
         async def plain(request: Out, context: Context) -> Wire | None:
