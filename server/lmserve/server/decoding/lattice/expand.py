@@ -469,7 +469,8 @@ class LatticeExpansion:
         history key): a new one, or one it merges into (which keeps its best history's way
         in)."""
         lat, p, states = self.lattice, self.params, self._states
-        score = states.score[s] + self._w_static[i] + p.lm_weight * lm
+        weight = self._w_static[i] + p.lm_weight * lm
+        score = states.score[s] + weight
         found = self._index.get(key)
         if found is None:
             found = states.add(lat.dst[i], recent, history, score, rep)
@@ -498,7 +499,7 @@ class LatticeExpansion:
         arcs.dst.append(found)
         arcs.arc.append(i)
         arcs.lm.append(lm)
-        arcs.weight.append(self._w_static[i] + p.lm_weight * lm)
+        arcs.weight.append(weight)
 
     def _finish(self) -> None:
         """The paths through the expansion, and its size."""
@@ -597,7 +598,7 @@ def _best_paths(
             for r, (score, _, _) in enumerate(best.get(e_src[j], []))
         ]
         best[s] = heapq.nlargest(k, candidates, key=_FIRST)
-    finals = {n: i for i, n in enumerate(lat.final_nodes)}
+    finals = expansion._finals
     ends: list[tuple[float, int, int, int]] = []
     for f, s in enumerate(final_states):
         if not states.alive[s]:
