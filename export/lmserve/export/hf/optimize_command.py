@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 class _GraphReference:
     """The source graph answering as `hf.parity.check_parity` asks a transformers model to:
-    the logits of whole texts read in one pass."""
+    whole texts read in one pass, fed as that check feeds a graph (`hf.parity._run`); its
+    log-probabilities stand for the logits (log_softmax leaves them as they are)."""
 
     def __init__(self, session: Any, cache: Any) -> None:
         self.session, self.cache = session, cache
@@ -54,18 +55,11 @@ class _GraphReference:
         import numpy as np
         import torch
 
-        from lmserve.server.backends.transformer import past_names
+        from lmserve.export.hf.parity import _run
 
         tokens = ids.numpy()
-        batch, time = tokens.shape
-        feed = {
-            "input_ids": tokens,
-            "attention_mask": np.ones_like(tokens),
-            "position_ids": np.tile(np.arange(time, dtype=np.int64), (batch, 1)),
-        }
-        feed |= dict(zip(past_names(self.cache.layers), self.cache.empty(batch), strict=True))
-        (logits,) = self.session.run(["logits"], feed)
-        return SimpleNamespace(logits=torch.from_numpy(logits))
+        log_probs, _ = _run(self.session, self.cache, tokens, np.ones_like(tokens))
+        return SimpleNamespace(logits=torch.from_numpy(log_probs))
 
 
 def _source_manifest(source: Path) -> Any:
