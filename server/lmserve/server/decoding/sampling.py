@@ -305,9 +305,8 @@ def sample_next(
         source, rows, eos_id=eos_id, bos_id=bos_id, in_place=True
     )
     try:
-        if (
-            bad
-        ):  # draw the good rows alone; the bad ones get -1 and keep their samplers as they were
+        # Bad rows: draw the good rows alone; the bad ones get -1 and keep their samplers.
+        if bad:
             good = np.setdiff1d(np.arange(len(rows)), bad)
             chosen = np.full(len(rows), -1, dtype=np.int64)
             if len(good):
