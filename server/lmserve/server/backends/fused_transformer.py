@@ -41,7 +41,7 @@ from lmserve.server.backends.transformer import (
     logits_width,
     open_graph,
 )
-from lmserve.server.errors import ModelLoadError
+from lmserve.server.errors import ModelLoadError, Unimplemented
 
 # The manifest's mark of a folder whose graph is this layout (`architecture.kv_cache`).
 SHARED_BUFFER = "shared_buffer"
@@ -153,8 +153,6 @@ class FusedTransformerBackend(TransformerBackend):
 
     def next_token_log_probs(self, context: Sequence[int], *, bos: bool = True) -> FloatArray:
         """log P(w | <s> context) for every id w, natural logs (shape [len(vocab)])."""
-        from lmserve.server.errors import Unimplemented
-
         ids = ([self._vocab.bos_id] if bos else []) + [int(i) for i in context]
         if not ids:
             raise Unimplemented("a transformer needs <s> or a context to predict from")
