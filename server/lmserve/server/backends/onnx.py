@@ -59,6 +59,17 @@ _ORT_DTYPES: dict[str, np.dtype[Any]] = {
 }
 
 
+def state_binding(session: Any, device_states: str) -> tuple[bool, str]:
+    """Whether a session's steps keep their states on its device between calls (I/O binding),
+    and which device that is: `device_states` "auto" binds on the CUDA provider only, "on"
+    on the CPU too (the same path, testable without a GPU), "off" never."""
+    if device_states not in ("auto", "on", "off"):
+        raise ValueError(f"device_states must be auto, on or off, not {device_states!r}")
+    on_cuda = session.get_providers()[0] == "CUDAExecutionProvider"
+    binds = device_states == "on" or (device_states == "auto" and on_cuda)
+    return binds, "cuda" if on_cuda else "cpu"
+
+
 class DeviceState:
     """One state array left where ONNX Runtime computed it (an `OrtValue`: in GPU memory on the
     CUDA provider). The next step binds it as it is, so a generation step's states never travel
@@ -115,11 +126,7 @@ class OnnxBackend(RecurrentBackend):
         self._state_outputs = [f"{name}_out" for name in spec.state_names]
         self._step_outputs = ["log_probs", *self._state_outputs]
         self._score_outputs = ["token_log_probs", *self._state_outputs]
-        on_cuda = step.get_providers()[0] == "CUDAExecutionProvider"
-        if device_states not in ("auto", "on", "off"):
-            raise ValueError(f"device_states must be auto, on or off, not {device_states!r}")
-        self.binds_states = device_states == "on" or (device_states == "auto" and on_cuda)
-        self._state_device = "cuda" if on_cuda else "cpu"
+        self.binds_states, self._state_device = state_binding(step, device_states)
 
     @classmethod
     def load(cls, folder: Path, manifest: ModelManifest, options: OnnxOptions) -> OnnxBackend:

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmserve.server.backends.base import BatchScores, EncodedBatch, FloatArray, Vocabulary
-from lmserve.server.backends.onnx import OnnxOptions, open_session, run_bound
+from lmserve.server.backends.onnx import OnnxOptions, open_session, run_bound, state_binding
 from lmserve.server.backends.positions import Positions
 from lmserve.server.backends.segments import segment_sums
 from lmserve.server.errors import ModelLoadError, Unimplemented
@@ -66,10 +66,9 @@ class CacheShape:
     max_positions: int
     dtype: np.dtype[Any] = np.dtype(np.float32)
 
-    def bytes_per_position(self, itemsize: int | None = None) -> int:
+    def bytes_per_position(self) -> int:
         """Cache bytes one stream adds per token it has read (keys and values, every layer)."""
-        size = self.dtype.itemsize if itemsize is None else itemsize
-        return 2 * self.layers * self.kv_heads * self.head_dim * size
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype.itemsize
 
     def empty(self, batch: int) -> Past:
         """The cache of `batch` rows that have read nothing."""
@@ -155,14 +154,8 @@ class TransformerBackend:
         self._present_names = present_names(cache.layers)
         self._outputs = ["logits", *self._present_names]
         # On the CUDA provider the cache stays in GPU memory between calls (I/O binding,
-        # `DeviceState`): only ids go in and logits come out per step. `device_states` "on"
-        # binds on the CPU too (the same path, testable without a GPU), "off" never.
-        provider = session.get_providers()[0]
-        if device_states not in ("auto", "on", "off"):
-            raise ValueError(f"device_states must be auto, on or off, not {device_states!r}")
-        on_cuda = provider == "CUDAExecutionProvider"
-        self.binds_cache = device_states == "on" or (device_states == "auto" and on_cuda)
-        self._cache_device = "cuda" if on_cuda else "cpu"
+        # `DeviceState`): only ids go in and logits come out per step.
+        self.binds_cache, self._cache_device = state_binding(session, device_states)
 
     @property
     def vocab(self) -> Vocabulary:
@@ -190,8 +183,8 @@ class TransformerBackend:
                     f"input {arg.name!r} is {arg.type}: float32 and float16 caches are served "
                     "(export the model in float32; `--quantize float16` for the GPU)",
                 )
-            if arg.name in names:
-                cache = replace(cache, dtype=CACHE_DTYPES[arg.type])
+        past_type = next(arg.type for arg in session.get_inputs() if arg.name == names[0])
+        cache = replace(cache, dtype=CACHE_DTYPES[past_type])
         width = logits_width(session)
         if width is not None and width < len(vocab):
             raise ModelLoadError(
@@ -203,34 +196,20 @@ class TransformerBackend:
     # -- the graph -----------------------------------------------------------------------
 
     def forward(self, ids: Ids, mask: Ids, positions: Ids, past: Past) -> tuple[Floats, Past]:
-        """One graph call: logits [B, T, V'] (float32) and the cache after the tokens."""
+        """One graph call: logits [B, T, V'] (float32) and the cache after the tokens. Bound
+        (`binds_cache`), a cache that is a `DeviceState` (the last call's present) goes in where
+        it lies and the new one stays on the device: only the logits come to the host."""
+        feed: dict[str, npt.NDArray[Any]] = {"input_ids": ids, "attention_mask": mask}
+        if self._feeds_positions:
+            feed["position_ids"] = positions
+        pasts = dict(zip(self._past_names, past, strict=True))
         if self.binds_cache:
-            return self._forward_bound(ids, mask, positions, past)
-        feed: dict[str, npt.NDArray[Any]] = {"input_ids": ids, "attention_mask": mask}
-        if self._feeds_positions:
-            feed["position_ids"] = positions
-        feed.update(zip(self._past_names, past, strict=True))
-        logits, *present = self.session.run(self._outputs, feed)
+            logits, cache = run_bound(
+                self.session, feed, pasts, "logits", self._present_names, self._cache_device
+            )
+            return np.asarray(logits, dtype=np.float32), cache
+        logits, *present = self.session.run(self._outputs, {**feed, **pasts})
         return np.asarray(logits, dtype=np.float32), tuple(present)
-
-    def _forward_bound(
-        self, ids: Ids, mask: Ids, positions: Ids, past: Past
-    ) -> tuple[Floats, Past]:
-        """`forward` with I/O binding: a cache that is a `DeviceState` (the last call's
-        present) is bound where it lies, a numpy one is copied in; the new cache stays on the
-        device and only the logits come to the host."""
-        feed: dict[str, npt.NDArray[Any]] = {"input_ids": ids, "attention_mask": mask}
-        if self._feeds_positions:
-            feed["position_ids"] = positions
-        logits, cache = run_bound(
-            self.session,
-            feed,
-            dict(zip(self._past_names, past, strict=True)),
-            "logits",
-            self._present_names,
-            self._cache_device,
-        )
-        return np.asarray(logits, dtype=np.float32), cache
 
     # -- scoring -------------------------------------------------------------------------
 
