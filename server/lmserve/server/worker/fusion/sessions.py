@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lmserve.server.backends.positions import Positions
 from lmserve.server.backends.stepping import Stepper
@@ -205,14 +205,4 @@ class Fuser:
             if table.pop(hid, None) is not None:
                 self.live -= 1
         assert job.answer is not None
-        answer = job.answer
-        answer.ids[:] = list(step.ids) + list(step.query)
-        return FuseAnswer(
-            answer.ids,
-            answer.token_log_probs,
-            answer.candidate_log_probs,
-            answer.top_ids,
-            answer.top_log_probs,
-            answer.end_log_probs,
-            len(table),
-        )
+        return replace(job.answer, ids=list(step.ids) + list(step.query), live=len(table))
