@@ -52,7 +52,7 @@ class Parity:
         return self
 
 
-def _run(
+def run_graph(
     session: ort.InferenceSession,
     cache: CacheShape,
     ids: npt.NDArray[np.int64],
@@ -85,23 +85,23 @@ def check_parity(
         ids = np.asarray([text], dtype=np.int64)
         with torch.no_grad():
             reference = log_softmax(model(torch.from_numpy(ids)).logits.numpy())
-        whole, _ = _run(session, cache, ids, np.ones_like(ids))
+        whole, _ = run_graph(session, cache, ids, np.ones_like(ids))
         one_pass = max(one_pass, float(np.abs(whole - reference).max()))
         for cut in sorted({max(1, len(text) // 2), len(text) - 1}):  # a chunk, then one step
             if not 0 < cut < len(text):
                 continue
-            first, past = _run(session, cache, ids[:, :cut], np.ones_like(ids[:, :cut]))
-            rest, _ = _run(session, cache, ids[:, cut:], np.ones_like(ids), past)
+            first, past = run_graph(session, cache, ids[:, :cut], np.ones_like(ids[:, :cut]))
+            rest, _ = run_graph(session, cache, ids[:, cut:], np.ones_like(ids), past)
             chunked = np.concatenate([first, rest], axis=1)
             two_chunks = max(two_chunks, float(np.abs(chunked - reference).max()))
         pad = len(longest) - len(text)
         batch = np.asarray([[0] * pad + list(text), list(longest)], dtype=np.int64)
         mask = np.asarray([[0] * pad + [1] * len(text), [1] * len(longest)], dtype=np.int64)
-        padded, _ = _run(session, cache, batch, mask)
+        padded, _ = run_graph(session, cache, batch, mask)
         left_padded = max(left_padded, float(np.abs(padded[0, pad:] - reference[0]).max()))
         if len(text) > 1:  # the padded batch read but its last position, then one cached step
-            head, past = _run(session, cache, batch[:, :-1], mask[:, :-1])
-            step, _ = _run(session, cache, batch[:, -1:], mask, past)
+            head, past = run_graph(session, cache, batch[:, :-1], mask[:, :-1])
+            step, _ = run_graph(session, cache, batch[:, -1:], mask, past)
             stepped = np.concatenate([head, step], axis=1)[0, pad:]
             left_padded = max(left_padded, float(np.abs(stepped - reference[0]).max()))
     return Parity(one_pass, two_chunks, left_padded)
