@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -38,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lmserve.export.served_folder import Files, write_served_folder
+    from lmserve.export.served_folder import Files, copy_listed_files, write_served_folder
     from lmserve.server.errors import ManifestError
     from lmserve.server.manifest import ModelManifest, read_manifest, verify_files
 
@@ -53,11 +52,7 @@ def run(args: argparse.Namespace) -> int:
         quantize = quantize_from_args(args)
 
         def write(staging: Path) -> Files:
-            for entry in manifest.files.values():
-                target = staging / entry.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source / entry.path, target)
-            return {key: entry.path for key, entry in manifest.files.items()}
+            return copy_listed_files(source, manifest, staging)
 
         def check(staging: Path) -> None:
             verify_files(staging, manifest)  # the float files, as their manifest lists them

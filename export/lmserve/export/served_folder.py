@@ -38,6 +38,17 @@ R = TypeVar("R")
 Files = dict[str, str]
 
 
+def copy_listed_files(source: Path, manifest: ModelManifest, staging: Path) -> Files:
+    """Copies the files `manifest` lists from the folder `source` into `staging` (a command
+    that rewrites a served folder, `lmserve quantize` or `lmserve optimize`, starts from its
+    copy); returns their keys and paths, as a `write` step does."""
+    for entry in manifest.files.values():
+        target = staging / entry.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / entry.path, target)
+    return {key: entry.path for key, entry in manifest.files.items()}
+
+
 def check_writable(model_dir: Path, *, overwrite: bool = False) -> None:
     """Raises FileExistsError unless MODEL_DIR is absent, an empty folder, or (with
     `overwrite`) a model folder: an export never replaces some other directory."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 class _GraphReference:
     """The source graph answering as `hf.parity.check_parity` asks a transformers model to:
-    whole texts read in one pass, fed as that check feeds a graph (`hf.parity._run`); its
+    whole texts read in one pass, fed as that check feeds a graph (`hf.parity.run_graph`); its
     log-probabilities stand for the logits (log_softmax leaves them as they are)."""
 
     def __init__(self, session: Any, cache: Any) -> None:
@@ -55,10 +54,10 @@ class _GraphReference:
         import numpy as np
         import torch
 
-        from lmserve.export.hf.parity import _run
+        from lmserve.export.hf.parity import run_graph
 
         tokens = ids.numpy()
-        log_probs, _ = _run(self.session, self.cache, tokens, np.ones_like(tokens))
+        log_probs, _ = run_graph(self.session, self.cache, tokens, np.ones_like(tokens))
         return SimpleNamespace(logits=torch.from_numpy(log_probs))
 
 
@@ -97,7 +96,12 @@ def run(args: argparse.Namespace) -> int:
     from lmserve.export.hf.optimize import optimize_graph
     from lmserve.export.hf.parity import Parity, check_parity
     from lmserve.export.quantize import quantize_from_args
-    from lmserve.export.served_folder import Files, check_writable, write_served_folder
+    from lmserve.export.served_folder import (
+        Files,
+        check_writable,
+        copy_listed_files,
+        write_served_folder,
+    )
     from lmserve.server.backends.transformer import CacheShape
     from lmserve.server.errors import ManifestError, ModelLoadError
     from lmserve.server.manifest import GraphOptimization, ModelManifest, read_json_object
@@ -116,15 +120,12 @@ def run(args: argparse.Namespace) -> int:
         optimized: list[GraphOptimization] = []
 
         def write(staging: Path) -> Files:
-            for entry in manifest.files.values():
-                target = staging / entry.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source / entry.path, target)
+            files = copy_listed_files(source, manifest, staging)
             fused = optimize_graph(staging / graph, config)
             if fused is None:
                 raise ValueError(f"{source}: ONNX Runtime's optimizer found nothing to fuse")
             optimized[:] = [fused]
-            return {key: entry.path for key, entry in manifest.files.items()}
+            return files
 
         def check(staging: Path) -> Parity:
             cpu = ["CPUExecutionProvider"]
